@@ -1,0 +1,53 @@
+"""CRAG: grade every retrieved passage; keep the relevant ones; on failure, rewrite and search a second source.
+
+Yan et al. 2024, "Corrective Retrieval Augmented Generation": a retrieval evaluator grades each passage and
+triggers one of three actions: Correct (some passage is relevant: keep the relevant knowledge), Incorrect
+(none is: discard them, rewrite the question as a search query and search a second source, the web in the
+paper) or Ambiguous (only ambiguous ones: combine them with the second source). Offline, the second source is
+the ``fallback`` retriever (e.g. BM25 beside a dense retriever) or, when none is given, the same retriever;
+either is searched ``fallback_k`` deep (3k) and its top k passages not already graded are kept. In DSPy:
+``Predict(Grade)`` is the evaluator, one call per passage (its demos can be learned from supporting-title
+labels), ``Predict(Rewrite)`` the query rewriter, ``Predict(Answer)`` the generator.
+"""
+
+import dspy
+
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures import Answer, Grade
+from ragscale.signatures.methods import Rewrite
+
+
+class CRAG(dspy.Module):
+    """retrieve -> grade each; correct: keep relevant; else rewrite -> fallback search; answer."""
+
+    def __init__(self, retriever, k: int = 5, fallback=None, fallback_k: int | None = None):
+        super().__init__()
+        self.retriever, self.k, self.fallback = retriever, k, fallback
+        self.fallback_k = fallback_k or 3 * k  # depth of the second search, before graded passages are dropped
+        self.grade = dspy.Predict(Grade)
+        self.rewrite = dspy.Predict(Rewrite)
+        self.answer = dspy.Predict(Answer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        found = self.retriever(question, self.k)
+        grades = [self.grade(question=question, document=format_passage(p)).grade for p in found]
+        relevant = [p for p, grade in zip(found, grades, strict=True) if grade == "relevant"]
+        ambiguous = [p for p, grade in zip(found, grades, strict=True) if grade == "ambiguous"]
+        action, query, passages = "correct", None, relevant
+        if not relevant:
+            action = "ambiguous" if ambiguous else "incorrect"
+            query = self.rewrite(question=question, tried=[question]).query
+            source = self.retriever if self.fallback is None else self.fallback
+            graded = {p.id for p in found}
+            extra = [p for p in source(query, self.fallback_k) if p.id not in graded][: self.k]
+            passages = [*ambiguous, *extra]
+        passages = most_relevant_last(passages)
+        answer = self.answer(documents=[format_passage(p) for p in passages], question=question).answer
+        return dspy.Prediction(
+            answer=answer,
+            passages=references(passages),
+            grades=[{"id": p.id, "title": p.title, "grade": g} for p, g in zip(found, grades, strict=True)],
+            action=action,
+            rewritten_query=query,
+        )

@@ -1,0 +1,45 @@
+"""Decomposition, one by one: each sub-question answered alone, then one synthesis from the pairs.
+
+The "answer individually" variant of question decomposition (LangChain "RAG from scratch", after Zhou et al.
+2022, "Least-to-Most Prompting Enables Complex Reasoning in Large Language Models"): the question is broken
+into sub-questions as in least-to-most prompting, but each is answered by plain RAG without seeing the
+others, and a last step answers the question from all question-answer pairs. In DSPy:
+``Predict(ListSubQuestions)`` writes the typed ``list[str]`` of sub-questions, ``Predict(AnswerSub)`` answers
+each over its own passages, and ``Predict(Synthesize)`` answers from the pairs and the passages gathered.
+"""
+
+import dspy
+
+from ragscale.programs.iterdrag import merge_by_rank
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures import AnswerSub, Synthesize
+from ragscale.signatures.methods import ListSubQuestions
+
+
+class DecomposeIndividual(dspy.Module):
+    """decompose(question) -> sub-questions; each: retrieve -> answer_sub; synthesize(pairs, passages)."""
+
+    def __init__(self, retriever, k: int = 3, max_sub_questions: int = 4):
+        super().__init__()
+        self.retriever, self.k, self.max_sub_questions = retriever, k, max_sub_questions
+        self.decompose = dspy.Predict(ListSubQuestions)
+        self.answer_sub = dspy.Predict(AnswerSub)
+        self.synthesize = dspy.Predict(Synthesize)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        sub_questions = self.decompose(question=question).sub_questions[: self.max_sub_questions] or [question]
+        answers, rankings = [], []
+        for sub_question in sub_questions:
+            rankings.append(self.retriever(sub_question, self.k))
+            documents = [format_passage(p) for p in most_relevant_last(rankings[-1])]
+            answers.append(self.answer_sub(documents=documents, sub_question=sub_question).answer)
+        passages = most_relevant_last(merge_by_rank(rankings))
+        answer = self.synthesize(
+            documents=[format_passage(p) for p in passages],
+            question=question,
+            follow_ups=[f"Q: {q} A: {a}" for q, a in zip(sub_questions, answers, strict=True)],
+        ).answer
+        return dspy.Prediction(
+            answer=answer, passages=references(passages), sub_questions=sub_questions, intermediate_answers=answers
+        )

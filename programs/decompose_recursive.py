@@ -1,0 +1,42 @@
+"""Decomposition, recursive: sub-questions answered in order, each seeing the earlier question-answer pairs.
+
+Zhou et al. 2022, "Least-to-Most Prompting Enables Complex Reasoning in Large Language Models": stage 1
+reduces the problem to simpler sub-problems; stage 2 solves them in order, each prompt holding the earlier
+sub-problems with their solutions, the original problem being the last one solved. With retrieval, as in
+LangChain's "RAG from scratch" decomposition, each sub-question gets its own passages. In DSPy:
+``Predict(ListSubQuestions)`` writes the typed ``list[str]`` of sub-questions, and one ``Predict(AnswerInOrder)``
+answers them and then the question itself, given the ``answered`` pairs so far.
+"""
+
+import dspy
+
+from ragscale.programs.iterdrag import merge_by_rank
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures.methods import AnswerInOrder, ListSubQuestions
+
+
+class DecomposeRecursive(dspy.Module):
+    """decompose(question) -> sub-questions; for each, then the question: retrieve -> answer(earlier pairs)."""
+
+    def __init__(self, retriever, k: int = 3, max_sub_questions: int = 4):
+        super().__init__()
+        self.retriever, self.k, self.max_sub_questions = retriever, k, max_sub_questions
+        self.decompose = dspy.Predict(ListSubQuestions)
+        self.answer = dspy.Predict(AnswerInOrder)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        sub_questions = self.decompose(question=question).sub_questions[: self.max_sub_questions]
+        answered, answers, rankings = [], [], []
+        for current in [*sub_questions, question]:  # least-to-most: the question itself is solved last
+            rankings.append(self.retriever(current, self.k))
+            documents = [format_passage(p) for p in most_relevant_last(rankings[-1])]
+            answer = self.answer(documents=documents, answered=answered, question=current).answer
+            answered.append(f"Q: {current} A: {answer}")
+            answers.append(answer)
+        return dspy.Prediction(
+            answer=answers[-1],
+            passages=references(most_relevant_last(merge_by_rank(rankings))),
+            sub_questions=sub_questions,
+            intermediate_answers=answers[:-1],
+        )

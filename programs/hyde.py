@@ -1,0 +1,35 @@
+"""HyDE: a hypothetical passage, written by the LM, is the query of dense retrieval.
+
+Gao et al. 2022, "Precise Zero-Shot Dense Retrieval without Relevance Labels": an instruction-following LM
+writes a document that answers the question (it may hold false details); its embedding, not the question's,
+searches the corpus, since a passage-shaped query lands closer to real passages in embedding space. The
+paper averages several samples with the question's embedding; here one passage is written and its text is
+the query. In DSPy: ``Predict(Hypothesize)`` writes the passage, the retriever is called with that text as
+the query, and ``Predict(Answer)`` reads the real passages found. The retriever may be hybrid (then BM25 sees
+the passage's words too); when it exposes a dense-only path as an attribute ``dense`` (as
+``HybridRetriever`` does), that path is used, as the paper intends.
+"""
+
+import dspy
+
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures import Answer, Hypothesize
+
+
+class HyDE(dspy.Module):
+    """hypothesize(question) -> passage; retrieve(passage, k), dense-only when offered; answer."""
+
+    def __init__(self, retriever, k: int = 5):
+        super().__init__()
+        self.retriever, self.k = retriever, k
+        self.hypothesize = dspy.Predict(Hypothesize)
+        self.answer = dspy.Predict(Answer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        hypothetical = self.hypothesize(question=question).passage
+        search = getattr(self.retriever, "dense", self.retriever)
+        passages = most_relevant_last(search(hypothetical, self.k))
+        documents = [format_passage(p) for p in passages]
+        answer = self.answer(documents=documents, question=question).answer
+        return dspy.Prediction(answer=answer, passages=references(passages), hypothetical_passage=hypothetical)

@@ -1,0 +1,47 @@
+"""IRCoT: retrieval interleaved with chain-of-thought, one reasoning sentence at a time.
+
+Trivedi et al. 2023, "Interleaving Retrieval with Chain-of-Thought Reasoning for Knowledge-Intensive
+Multi-Step Questions": retrieve for the question; then alternate a reason step (write the next sentence of
+the chain of thought given the question, the passages collected and the sentences so far) and a retrieve
+step (the new sentence is the query; its passages join the collection), until a sentence says "the answer
+is" or a step cap; a reader then answers from all passages collected (capped, 15 in the paper). In DSPy:
+``Predict(ContinueReasoning)`` writes one sentence per call, the retriever is called with that sentence, and
+``Predict(Answer)`` is the reader.
+"""
+
+import dspy
+
+from ragscale.programs.iterdrag import merge_by_rank
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures import Answer
+from ragscale.signatures.methods import ContinueReasoning
+
+ANSWER_MARKER = "the answer is"
+
+
+class IRCoT(dspy.Module):
+    """retrieve(question); repeat: reason -> next sentence; stop at 'the answer is'; retrieve(sentence); answer."""
+
+    def __init__(self, retriever, k: int = 3, max_steps: int = 4, max_passages: int = 15):
+        super().__init__()
+        self.retriever, self.k, self.max_steps, self.max_passages = retriever, k, max_steps, max_passages
+        self.reason = dspy.Predict(ContinueReasoning)
+        self.answer = dspy.Predict(Answer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        queries, reasoning = [question], []
+        rankings = [self.retriever(question, self.k)]
+        passages = rankings[0]
+        for _ in range(self.max_steps):
+            documents = [format_passage(p) for p in most_relevant_last(passages)]
+            sentence = self.reason(documents=documents, question=question, reasoning=reasoning).next_sentence
+            reasoning.append(sentence)
+            if ANSWER_MARKER in sentence.lower():
+                break
+            queries.append(sentence)  # the new sentence is the next query
+            rankings.append(self.retriever(sentence, self.k))
+            passages = merge_by_rank(rankings)[: self.max_passages]
+        passages = most_relevant_last(passages)
+        answer = self.answer(documents=[format_passage(p) for p in passages], question=question).answer
+        return dspy.Prediction(answer=answer, passages=references(passages), reasoning=reasoning, queries=queries)

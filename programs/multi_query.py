@@ -1,0 +1,34 @@
+"""Multi-Query: several rephrasings of the question, each retrieved for, their passages united.
+
+After LangChain's ``MultiQueryRetriever`` (LangChain docs, "query transformations", 2023): an LM writes ``n``
+versions of the question from different angles, each is sent to the retriever, and the union of the results,
+without duplicates, is the context of one answer. In DSPy: one ``Predict(Rephrase)`` with a typed
+``queries: list[str]`` output, the retriever called once per query (the original question included, as
+LangChain's ``include_original=True``), and ``Predict(Answer)`` over the union, ordered by the best rank
+each passage reached and placed most relevant last.
+"""
+
+import dspy
+
+from ragscale.programs.iterdrag import merge_by_rank
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures import Answer
+from ragscale.signatures.methods import Rephrase
+
+
+class MultiQuery(dspy.Module):
+    """rephrase(question) -> n queries; retrieve(each, k); answer(union of the passages, question)."""
+
+    def __init__(self, retriever, k: int = 5, n_queries: int = 3):
+        super().__init__()
+        self.retriever, self.k, self.n_queries = retriever, k, n_queries
+        self.rephrase = dspy.Predict(Rephrase)
+        self.answer = dspy.Predict(Answer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        rephrasings = self.rephrase(question=question, n=self.n_queries).queries[: self.n_queries]
+        queries = [question, *rephrasings]
+        passages = most_relevant_last(merge_by_rank([self.retriever(query, self.k) for query in queries]))
+        answer = self.answer(documents=[format_passage(p) for p in passages], question=question).answer
+        return dspy.Prediction(answer=answer, passages=references(passages), queries=queries)

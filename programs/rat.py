@@ -1,0 +1,46 @@
+"""RAT: a draft chain of thought whose steps are revised one by one with passages retrieved for each.
+
+Wang et al. 2024, "RAT: Retrieval Augmented Thoughts Elicit Context-Aware Reasoning in Long-Horizon
+Generation": the LM drafts a zero-shot chain of thought and splits it into steps; for each step in turn it
+writes a retrieval query from the task and the steps so far (earlier ones already revised), retrieves, and
+revises the step with the passages; the revised chain gives the answer. In DSPy: ``Predict(DraftSteps)``
+returns the draft as a typed ``list[str]``, ``Predict(WriteQuery)`` and ``Predict(ReviseStep)`` run once
+per step (capped by ``max_steps``), and ``Predict(AnswerFromReasoning)`` answers from the revised steps.
+"""
+
+import dspy
+
+from ragscale.programs.iterdrag import merge_by_rank
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures.methods import AnswerFromReasoning, DraftSteps, ReviseStep, WriteQuery
+
+
+class RAT(dspy.Module):
+    """draft(question) -> steps; each step: write_query -> retrieve -> revise; answer(revised steps)."""
+
+    def __init__(self, retriever, k: int = 3, max_steps: int = 5):
+        super().__init__()
+        self.retriever, self.k, self.max_steps = retriever, k, max_steps
+        self.draft = dspy.Predict(DraftSteps)
+        self.write_query = dspy.Predict(WriteQuery)
+        self.revise = dspy.Predict(ReviseStep)
+        self.answer = dspy.Predict(AnswerFromReasoning)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        draft = self.draft(question=question).steps[: self.max_steps]
+        revised: list[str] = []
+        queries: list[str] = []
+        rankings = []
+        for step in draft:
+            query = self.write_query(question=question, steps=[*revised, step]).query
+            rankings.append(self.retriever(query, self.k))
+            documents = [format_passage(p) for p in most_relevant_last(rankings[-1])]
+            revised.append(self.revise(documents=documents, question=question, step=step).revised_step)
+            queries.append(query)
+        passages = most_relevant_last(merge_by_rank(rankings))
+        documents = [format_passage(p) for p in passages]
+        answer = self.answer(documents=documents, question=question, reasoning=revised).answer
+        return dspy.Prediction(
+            answer=answer, passages=references(passages), draft=draft, queries=queries, revised_steps=revised
+        )

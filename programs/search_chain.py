@@ -1,0 +1,58 @@
+"""Search-in-the-Chain: the LM plans a chain of queries with expected answers; retrieval checks each node.
+
+Xu et al. 2024, "Search-in-the-Chain: Interactively Enhancing Large Language Models with Search for
+Knowledge-intensive Tasks" (SearChain): the LM writes a global chain of query (CoQ), each node a sub-query
+with the answer it expects (or "unsolved"); information retrieval verifies each node in order, keeping the
+supported ones, correcting the contradicted ones and completing the unsolved ones; after such feedback the LM
+re-plans the rest of the chain from the checked nodes; the final answer follows the checked chain. In DSPy:
+``Predict(PlanChain)`` returns two parallel typed lists (``queries``, ``answers``), ``Predict(Verify)``
+returns ``supported: bool`` and the answer the documents support, re-planning is capped by ``max_replans``
+and the chain by ``max_nodes``, and ``Predict(Synthesize)`` answers from the checked "query -> answer" pairs.
+"""
+
+import dspy
+
+from ragscale.programs.iterdrag import merge_by_rank
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures import Synthesize
+from ragscale.signatures.methods import PlanChain, Verify
+
+
+def chain_of(plan: dspy.Prediction) -> list[tuple[str, str]]:
+    """The planned (query, expected answer) nodes; a query the model gave no answer for expects "unknown"."""
+    expected = [*plan.answers, *["unknown"] * len(plan.queries)]
+    return list(zip(plan.queries, expected, strict=False))
+
+
+class SearchChain(dspy.Module):
+    """plan(question) -> chain; each node: retrieve -> verify (correct, re-plan); answer(checked chain)."""
+
+    def __init__(self, retriever, k: int = 3, max_nodes: int = 6, max_replans: int = 2):
+        super().__init__()
+        self.retriever, self.k, self.max_nodes, self.max_replans = retriever, k, max_nodes, max_replans
+        self.plan = dspy.Predict(PlanChain)
+        self.verify = dspy.Predict(Verify)
+        self.answer = dspy.Predict(Synthesize)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        pending = chain_of(self.plan(question=question, checked=[]))
+        checked: list[str] = []
+        chain: list[dict] = []
+        rankings = []
+        replans = 0
+        while pending and len(chain) < self.max_nodes:
+            query, expected = pending.pop(0)
+            rankings.append(self.retriever(query, self.k))
+            documents = [format_passage(p) for p in most_relevant_last(rankings[-1])]
+            check = self.verify(documents=documents, query=query, expected_answer=expected)
+            answer = expected if check.supported else check.answer
+            checked.append(f"{query} -> {answer}")
+            chain.append({"query": query, "expected": expected, "supported": check.supported, "answer": answer})
+            if not check.supported and replans < self.max_replans:  # corrected or completed: re-plan the rest
+                replans += 1
+                pending = chain_of(self.plan(question=question, checked=checked))
+        passages = most_relevant_last(merge_by_rank(rankings))
+        documents = [format_passage(p) for p in passages]
+        answer = self.answer(documents=documents, question=question, follow_ups=checked).answer
+        return dspy.Prediction(answer=answer, passages=references(passages), chain=chain, replans=replans)

@@ -1,0 +1,64 @@
+"""Self-RAG: decide whether to retrieve, grade the passages, answer, then critique the answer; retry if poor.
+
+Asai et al. 2023, "Self-RAG: Learning to Retrieve, Generate, and Critique through Self-Reflection": one LM
+emits reflection tokens: Retrieve (is retrieval needed?), ISREL (is a passage relevant?), ISSUP (is the
+answer supported by it: fully, partially, no) and ISUSE (usefulness, 1 to 5); candidates are ranked by those
+critiques. The paper trains the tokens into the LM; here each one is a typed predictor whose demonstrations
+can be learned: ``Predict(DecideRetrieval)``, ``Predict(Grade)`` per passage, ``Predict(Answer)`` over the
+relevant passages, ``Predict(CheckSupport)`` and ``Predict(RateUsefulness)``. A round without a fully
+supported, useful answer is retried with a query from ``Predict(Rewrite)``, up to ``max_rounds``; the best
+round by (support, usefulness) gives the answer. Without retrieval, ``Predict(AnswerClosedBook)`` answers.
+"""
+
+import dspy
+
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures import Answer, AnswerClosedBook, Grade
+from ragscale.signatures.methods import CheckSupport, DecideRetrieval, RateUsefulness, Rewrite
+
+SUPPORT_RANK = {"none": 0, "partially": 1, "fully": 2}
+
+
+class SelfRAG(dspy.Module):
+    """decide; per round: retrieve -> grade -> answer -> check_support, rate; rewrite and retry; best round."""
+
+    def __init__(self, retriever, k: int = 5, max_rounds: int = 2, min_usefulness: int = 4):
+        super().__init__()
+        self.retriever, self.k, self.max_rounds, self.min_usefulness = retriever, k, max_rounds, min_usefulness
+        self.decide = dspy.Predict(DecideRetrieval)
+        self.grade = dspy.Predict(Grade)
+        self.answer = dspy.Predict(Answer)
+        self.check_support = dspy.Predict(CheckSupport)
+        self.rate = dspy.Predict(RateUsefulness)
+        self.rewrite = dspy.Predict(Rewrite)
+        self.answer_directly = dspy.Predict(AnswerClosedBook)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        if not self.decide(question=question).needs_retrieval:
+            answer = self.answer_directly(question=question).answer
+            return dspy.Prediction(answer=answer, passages=[], retrieved=False, rounds=[])
+        rounds, tried, query = [], [], question
+        for round_index in range(self.max_rounds):
+            if round_index:
+                query = self.rewrite(question=question, tried=tried).query
+            tried.append(query)
+            found = self.retriever(query, self.k)
+            grades = [self.grade(question=question, document=format_passage(p)).grade for p in found]
+            relevant = most_relevant_last([p for p, g in zip(found, grades, strict=True) if g == "relevant"])
+            step = {"query": query, "grades": grades, "passages": references(relevant), "answer": None}
+            rounds.append(step)
+            if not relevant:
+                continue
+            documents = [format_passage(p) for p in relevant]
+            step["answer"] = self.answer(documents=documents, question=question).answer
+            step["support"] = self.check_support(documents=documents, question=question, answer=step["answer"]).support
+            step["usefulness"] = self.rate(question=question, answer=step["answer"]).usefulness
+            if step["support"] == "fully" and step["usefulness"] >= self.min_usefulness:
+                break
+        answered = [step for step in rounds if step["answer"] is not None]
+        if not answered:
+            answer = self.answer_directly(question=question).answer
+            return dspy.Prediction(answer=answer, passages=[], retrieved=True, rounds=rounds)
+        best = max(answered, key=lambda step: (SUPPORT_RANK[step["support"]], step["usefulness"]))
+        return dspy.Prediction(answer=best["answer"], passages=best["passages"], retrieved=True, rounds=rounds)
