@@ -1,0 +1,1 @@
+"""How a program is compiled and measured: metrics, the teleprompter registry, the runner and the CLI."""

@@ -1,0 +1,34 @@
+"""DRAG: demonstration-based RAG, whose demonstrations carry their own retrieved documents.
+
+Yue et al. 2024, "Inference Scaling for Long-Context RAG" (arXiv:2410.04343), section 3.2: the prompt holds m
+in-context examples, each made of the documents retrieved for that example's question, the question and its
+answer, followed by the k documents retrieved for the test question and the question; documents are ordered
+most relevant last. Scaling k and m scales the effective context.
+
+In DSPy the test-time part is RAG's (one retriever call, one ``Predict(Answer)``); the demonstrations are what
+differs. ``demo_documents = True`` tells the compiler (``ragscale.optimizers.teleprompters``) to keep each
+demonstration's ``documents`` -- retrieved by this program's own retriever for labeled demos, or recorded in
+the trace for bootstrapped ones -- trimmed to ``max_docs_per_demo`` with the most relevant kept, last.
+"""
+
+import dspy
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.signatures import Answer
+
+
+class DRAG(dspy.Module):
+    """m x (documents, question, answer) demonstrations, then retrieve(question, k) -> answer."""
+
+    demo_documents = True  # each demonstration keeps the documents retrieved for its own question
+
+    def __init__(self, retriever, k: int = 5):
+        super().__init__()
+        self.retriever, self.k = retriever, k
+        self.answer = dspy.Predict(Answer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        passages = most_relevant_last(self.retriever(question, self.k))
+        documents = [format_passage(p) for p in passages]
+        answer = self.answer(documents=documents, question=question).answer
+        return dspy.Prediction(answer=answer, passages=references(passages))

@@ -1,0 +1,73 @@
+"""IterDRAG: iterative demonstration-based RAG, a self-ask loop of sub-queries, retrieval and sub-answers.
+
+Yue et al. 2024, "Inference Scaling for Long-Context RAG" (arXiv:2410.04343), section 3.3: documents are
+retrieved for the question; then, up to n times, the model writes a sub-query, documents are retrieved for it
+and an intermediate answer is generated; when the model judges that no further sub-query is needed, it gives
+the final answer from the question, the sub-queries with their answers and every document retrieved so far.
+Demonstrations carry their documents as in DRAG. In DSPy the three kinds of generation are three predictors:
+``self.decompose`` (Decompose: next follow-up or none), ``self.answer_sub`` (AnswerSub over the sub-query's k
+documents) and ``self.synthesize`` (Synthesize over all gathered documents, deduplicated, most relevant last).
+A follow-up already asked (or the question itself) ends the loop, so a model that repeats itself stops.
+"""
+
+import dspy
+from ragscale.programs.rag import references
+from ragscale.programs.retrieval import Passage, format_passage, most_relevant_last
+from ragscale.signatures import AnswerSub, Decompose, Synthesize
+
+
+def merge_by_rank(rankings: list[list[Passage]]) -> list[Passage]:
+    """The passages of several most-relevant-first lists, without repeats, most relevant first: ordered by the
+    best rank each reached in any list, ties in retrieval order."""
+    best: dict[str, tuple[int, int, Passage]] = {}
+    for order, ranking in enumerate(rankings):
+        for rank, passage in enumerate(ranking):
+            if passage.id not in best or rank < best[passage.id][0]:
+                best[passage.id] = (rank, order, passage)
+    return [passage for _, _, passage in sorted(best.values(), key=lambda entry: entry[:2])]
+
+
+def same_question(text: str) -> str:
+    return " ".join(text.lower().strip(" ?.").split())
+
+
+class IterDRAG(dspy.Module):
+    """retrieve(question); repeat: decompose -> retrieve(follow-up) -> answer_sub; synthesize."""
+
+    demo_documents = True
+
+    def __init__(self, retriever, k: int = 3, max_iterations: int = 3):
+        super().__init__()
+        self.retriever, self.k, self.max_iterations = retriever, k, max_iterations
+        self.decompose = dspy.Predict(Decompose)
+        self.answer_sub = dspy.Predict(AnswerSub)
+        self.synthesize = dspy.Predict(Synthesize)
+
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer_sub": self.k, "synthesize": self.k * (self.max_iterations + 1)}
+
+    def forward(self, question: str) -> dspy.Prediction:
+        rankings = [self.retriever(question, self.k)]
+        follow_ups, sub_questions, intermediate_answers = [], [], []
+        for _ in range(self.max_iterations):
+            step = self.decompose(question=question, follow_ups=follow_ups)
+            sub_question = (step.follow_up or "").strip()
+            asked = {same_question(q) for q in [question, *sub_questions]}
+            if not step.needs_follow_up or not sub_question or same_question(sub_question) in asked:
+                break
+            rankings.append(self.retriever(sub_question, self.k))
+            documents = [format_passage(p) for p in most_relevant_last(rankings[-1])]
+            sub_answer = self.answer_sub(documents=documents, sub_question=sub_question).answer
+            sub_questions.append(sub_question)
+            intermediate_answers.append(sub_answer)
+            follow_ups.append(f"Q: {sub_question} A: {sub_answer}")
+        passages = most_relevant_last(merge_by_rank(rankings))
+        documents = [format_passage(p) for p in passages]
+        answer = self.synthesize(documents=documents, question=question, follow_ups=follow_ups).answer
+        return dspy.Prediction(
+            answer=answer,
+            passages=references(passages),
+            sub_questions=sub_questions,
+            intermediate_answers=intermediate_answers,
+        )

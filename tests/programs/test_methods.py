@@ -1,0 +1,132 @@
+"""RAG, DRAG, IterDRAG and closed-book QA: control flow with DummyLM and an in-test retriever."""
+
+import copy
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+from ragscale.programs import DRAG, PROGRAMS, RAG, ClosedBook, IterDRAG
+from ragscale.programs.retrieval import Passage, format_passage
+
+
+def passage(name: str) -> Passage:
+    return Passage(id=f"id-{name}", title=name, text=f"{name} is a passage.")
+
+
+class TableRetriever:
+    """A test double: a fixed ranking per query (most relevant first), a default one otherwise; shared on copy."""
+
+    def __init__(self, default: list[Passage], table: dict[str, list[Passage]] | None = None):
+        self.default, self.table, self.queries = default, table or {}, []
+
+    def __call__(self, query: str, k: int) -> list[Passage]:
+        self.queries.append(query)
+        return self.table.get(query, self.default)[:k]
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def run(program, lm, question="Who wrote it?"):
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        return program(question=question)
+
+
+def test_registry_names_the_four_methods_and_builds_each_from_the_same_components():
+    retriever = TableRetriever([passage("A")])
+    assert set(PROGRAMS) == {"closed-book", "rag", "drag", "iterdrag"}
+    for cls in PROGRAMS.values():
+        assert isinstance(cls(retriever=retriever, k=2), dspy.Module)
+
+
+def test_closed_book_answers_without_passages():
+    pred = run(ClosedBook(), DummyLM([{"answer": "Tolkien"}]))
+    assert pred.answer == "Tolkien"
+    assert pred.passages == []
+
+
+@pytest.mark.parametrize("cls", [RAG, DRAG])
+def test_rag_and_drag_put_the_most_relevant_document_last_and_report_passages(cls):
+    best, second, third = passage("Best"), passage("Second"), passage("Third")
+    lm = DummyLM([{"answer": "Tolkien"}])
+    pred = run(cls(TableRetriever([best, second, third, passage("Fourth")]), k=3), lm)
+    assert pred.answer == "Tolkien"
+    assert pred.passages == [{"id": p.id, "title": p.title} for p in (third, second, best)]
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    positions = [prompt.index(format_passage(p)) for p in (third, second, best)]
+    assert positions == sorted(positions)
+
+
+def test_iterdrag_stops_when_the_model_says_no_follow_up_is_needed():
+    lm = DummyLM(
+        [
+            {"needs_follow_up": True, "follow_up": "Who wrote The Hobbit?"},
+            {"answer": "Tolkien"},
+            {"needs_follow_up": False, "follow_up": ""},
+            {"answer": "J. R. R. Tolkien"},
+        ]
+    )
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=5), lm)
+    assert pred.answer == "J. R. R. Tolkien"
+    assert pred.sub_questions == ["Who wrote The Hobbit?"]
+    assert pred.intermediate_answers == ["Tolkien"]
+    assert len(lm.history) == 4
+
+
+def test_iterdrag_stops_at_max_iterations_and_still_synthesizes():
+    lm = DummyLM(
+        [
+            {"needs_follow_up": True, "follow_up": "First?"},
+            {"answer": "one"},
+            {"needs_follow_up": True, "follow_up": "Second?"},
+            {"answer": "two"},
+            {"answer": "final"},
+        ]
+    )
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=2), lm)
+    assert pred.answer == "final"
+    assert pred.sub_questions == ["First?", "Second?"]
+    assert pred.intermediate_answers == ["one", "two"]
+    synthesize_prompt = lm.history[-1]["messages"][-1]["content"]
+    assert "Q: First? A: one" in synthesize_prompt and "Q: Second? A: two" in synthesize_prompt
+
+
+def test_iterdrag_stops_when_the_model_repeats_a_follow_up():
+    lm = DummyLM(
+        [
+            {"needs_follow_up": True, "follow_up": "Who wrote it first?"},
+            {"answer": "Tolkien"},
+            {"needs_follow_up": True, "follow_up": "who wrote it first"},
+            {"answer": "Tolkien"},
+        ]
+    )
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=5), lm)
+    assert pred.sub_questions == ["Who wrote it first?"]
+    assert pred.answer == "Tolkien"
+    assert len(lm.history) == 4
+
+
+def test_iterdrag_gathers_every_retrieval_without_repeats_most_relevant_last():
+    a, b, c, d = passage("A"), passage("B"), passage("C"), passage("D")
+    retriever = TableRetriever([a, b], {"Sub?": [c, a, d]})
+    lm = DummyLM(
+        [
+            {"needs_follow_up": True, "follow_up": "Sub?"},
+            {"answer": "x"},
+            {"needs_follow_up": False, "follow_up": ""},
+            {"answer": "y"},
+        ]
+    )
+    pred = run(IterDRAG(retriever, k=3, max_iterations=3), lm, question="Main?")
+    assert retriever.queries == ["Main?", "Sub?"]
+    # best ranks: A 0 (main), C 0 (sub), B 1, D 2 -> most relevant first A, C, B, D -> reversed
+    assert [p["title"] for p in pred.passages] == ["D", "B", "C", "A"]
+    answer_sub_prompt = lm.history[1]["messages"][-1]["content"]
+    assert answer_sub_prompt.index(format_passage(d)) < answer_sub_prompt.index(format_passage(c))
+
+
+def test_a_deep_copied_program_shares_its_retriever():
+    retriever = TableRetriever([passage("A")])
+    program = IterDRAG(retriever)
+    assert copy.deepcopy(program).retriever is retriever
+    assert program.deepcopy().retriever is retriever
