@@ -29,6 +29,10 @@ class CRAG(dspy.Module):
         self.rewrite = dspy.Predict(Rewrite)
         self.answer = dspy.Predict(Answer)
 
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer": 2 * self.k}  # k ambiguous ones beside k from the second search
+
     def forward(self, question: str) -> dspy.Prediction:
         found = self.retriever(question, self.k)
         grades = [self.grade(question=question, document=format_passage(p)).grade for p in found]

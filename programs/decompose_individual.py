@@ -27,6 +27,10 @@ class DecomposeIndividual(dspy.Module):
         self.answer_sub = dspy.Predict(AnswerSub)
         self.synthesize = dspy.Predict(Synthesize)
 
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer_sub": self.k, "synthesize": self.k * self.max_sub_questions}
+
     def forward(self, question: str) -> dspy.Prediction:
         sub_questions = self.decompose(question=question).sub_questions[: self.max_sub_questions] or [question]
         answers, rankings = [], []

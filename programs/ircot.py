@@ -29,6 +29,10 @@ class IRCoT(dspy.Module):
         self.reason = dspy.Predict(ContinueReasoning)
         self.answer = dspy.Predict(Answer)
 
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"reason": self.max_passages, "answer": self.max_passages}
+
     def forward(self, question: str) -> dspy.Prediction:
         queries, reasoning = [question], []
         rankings = [self.retriever(question, self.k)]

@@ -26,6 +26,10 @@ class MultiQuery(dspy.Module):
         self.rephrase = dspy.Predict(Rephrase)
         self.answer = dspy.Predict(Answer)
 
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer": self.k * (self.n_queries + 1)}
+
     def forward(self, question: str) -> dspy.Prediction:
         rephrasings = self.rephrase(question=question, n=self.n_queries).queries[: self.n_queries]
         queries = [question, *rephrasings]

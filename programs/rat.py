@@ -27,6 +27,10 @@ class RAT(dspy.Module):
         self.revise = dspy.Predict(ReviseStep)
         self.answer = dspy.Predict(AnswerFromReasoning)
 
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"revise": self.k, "answer": self.k * self.max_steps}
+
     def forward(self, question: str) -> dspy.Prediction:
         draft = self.draft(question=question).steps[: self.max_steps]
         revised: list[str] = []

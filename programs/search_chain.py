@@ -35,6 +35,10 @@ class SearchChain(dspy.Module):
         self.verify = dspy.Predict(Verify)
         self.answer = dspy.Predict(Synthesize)
 
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"verify": self.k, "answer": self.k * self.max_nodes}
+
     def forward(self, question: str) -> dspy.Prediction:
         pending = chain_of(self.plan(question=question, checked=[]))
         checked: list[str] = []

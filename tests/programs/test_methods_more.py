@@ -437,3 +437,85 @@ def test_self_rag_answers_directly_when_no_round_finds_a_relevant_passage():
     assert prediction.retrieved is True
     assert [r["answer"] for r in prediction.rounds] == [None, None]
     assert prediction.passages == []
+
+
+# --- compiling ---------------------------------------------------------------------------------------------------
+
+# The predictors a happy path does not call (CRAG rewrites only after a failed grading; Self-RAG rewrites only
+# after a poor round and answers directly only without retrieval) get no bootstrapped demonstrations.
+NOT_CALLED = {"crag": {"rewrite"}, "self-rag": {"rewrite", "answer_directly"}}
+TRAINSET = [dspy.Example(question=QUESTION, answers=["Denver"]).with_inputs("question")]
+
+
+def bootstrap(method: str, retriever: OverlapRetriever) -> dspy.Module:
+    from ragscale.optimizers.metrics import em_metric
+    from ragscale.optimizers.teleprompters import compile_program
+
+    build, outputs, _ = HAPPY_PATHS[method]
+    lm = DummyLM(outputs)
+    return compile_program(
+        build(retriever), TRAINSET, optimizer="bootstrap", metric=em_metric, max_demos=1, max_docs_per_demo=2, lm=lm
+    )
+
+
+@pytest.mark.parametrize("method", HAPPY_PATHS)
+def test_bootstrap_gives_every_called_predictor_a_demonstration_from_its_own_trace(method):
+    retriever = OverlapRetriever()
+    compiled = bootstrap(method, retriever)
+    demos = {name: predictor.demos for name, predictor in compiled.named_predictors()}
+    called = set(demos) - NOT_CALLED.get(method, set())
+    assert {name for name, shown in demos.items() if shown} == called
+    assert all(len(shown) == 1 for shown in demos.values() if shown)
+    assert all(len(demo.get("documents", [])) <= 2 for shown in demos.values() for demo in shown)
+    assert compiled.retriever is retriever
+    replies = HAPPY_PATHS[method][1]
+    for name, predictor in compiled.named_predictors():
+        for demo in predictor.demos:
+            assert {field: demo[field] for field in predictor.signature.output_fields} in replies, name
+
+
+@pytest.mark.parametrize("method", HAPPY_PATHS)
+def test_a_compiled_program_saved_as_json_reloads_with_the_same_demonstrations(method, tmp_path):
+    retriever = OverlapRetriever()
+    compiled = bootstrap(method, retriever)
+    compiled.save(tmp_path / "program.json")
+    reloaded = HAPPY_PATHS[method][0](retriever)
+    reloaded.load(tmp_path / "program.json")
+    for (name, mine), (_, theirs) in zip(compiled.named_predictors(), reloaded.named_predictors(), strict=True):
+        assert [dict(d.items()) for d in theirs.demos] == [dict(d.items()) for d in mine.demos], name
+
+
+@pytest.mark.parametrize("method", HAPPY_PATHS)
+def test_labeled_demonstrations_of_the_final_answer_carry_documents_retrieved_for_the_demo_question(method):
+    from ragscale.optimizers.metrics import em_metric
+    from ragscale.optimizers.teleprompters import compile_program
+
+    retriever = OverlapRetriever()
+    program = HAPPY_PATHS[method][0](retriever)
+    compiled = compile_program(program, TRAINSET, optimizer="labeled", metric=em_metric, max_demos=1)
+    for name, predictor in compiled.named_predictors():
+        if predictor.signature.__name__ in ("Answer", "Synthesize"):
+            assert [demo.answer for demo in predictor.demos] == ["Denver"], name
+            assert predictor.demos[0].documents, name
+    assert all(not predictor.demos for predictor in program.predictors()), "compiling changed the program"
+
+
+@pytest.mark.parametrize("method", HAPPY_PATHS)
+def test_the_context_check_counts_every_document_each_predictor_can_see(method):
+    from ragscale.optimizers.teleprompters import check_fits_context
+
+    program = HAPPY_PATHS[method][0](OverlapRetriever())
+    document = " ".join(["word"] * 100)
+    estimates = check_fits_context(
+        program,
+        None,
+        question=QUESTION,
+        document=document,
+        count_tokens=lambda text: text.count("word"),
+        context_window=10**6,
+    )
+    assert set(estimates) == {name for name, _ in program.named_predictors()}
+    seen = program.max_documents() if hasattr(program, "max_documents") else {}
+    for name, predictor in program.named_predictors():
+        if "documents" in predictor.signature.input_fields:
+            assert estimates[name] >= 100 * seen.get(name, program.k), name
