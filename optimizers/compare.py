@@ -1,0 +1,238 @@
+"""Compare tracked runs: a table over method x optimizer x dataset x LM with paired bootstrap CIs.
+
+Each run's per-question EM and F1 (from its `predictions.jsonl` artifact) are paired with the baseline's by
+question id; the CI is the percentile interval of the mean difference over `resamples` resamples of the paired
+questions, drawn with a seeded generator (the same runs give the same table). Differences are in percentage
+points. The baseline is a given run (`--baseline RUN`: an id, a unique id prefix or a run name) or, per dataset,
+the latest closed-book run with the same LM (else any LM), else the dataset's first run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class BootstrapCI:
+    """Mean paired difference (a - b) and its percentile CI, in the units of the inputs, over `n` pairs."""
+
+    diff: float
+    low: float
+    high: float
+    n: int
+
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+
+def paired_bootstrap(
+    a: Mapping[str, float],
+    b: Mapping[str, float],
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> BootstrapCI | None:
+    """Paired bootstrap CI of mean(a[i] - b[i]) over the ids both hold; None when they share no id."""
+    import numpy as np
+
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    ids = sorted(set(a) & set(b))
+    if not ids:
+        return None
+    diffs = np.array([float(a[i]) - float(b[i]) for i in ids])
+    n = len(diffs)
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    chunk = max(1, 2_000_000 // n)  # bounds memory at ~16 MB of indices per chunk
+    for lo in range(0, resamples, chunk):
+        hi = min(resamples, lo + chunk)
+        means[lo:hi] = diffs[rng.integers(0, n, size=(hi - lo, n))].mean(axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return BootstrapCI(diff=float(diffs.mean()), low=float(low), high=float(high), n=n)
+
+
+@dataclass
+class RunResult:
+    """One finished run: its labels, summary metrics and per-question scores (in percent) by question id."""
+
+    run_id: str
+    run_name: str
+    method: str
+    optimizer: str
+    dataset: str
+    lm: str
+    start_time: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    em: dict[str, float] = field(default_factory=dict)
+    f1: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.method, self.optimizer, self.dataset, self.lm)
+
+    @classmethod
+    def from_records(cls, run_id: str, records: Sequence[Mapping[str, Any]], **labels: Any) -> RunResult:
+        return cls(
+            run_id=run_id,
+            run_name=labels.pop("run_name", run_id),
+            em={str(r["id"]): 100 * float(r["em"]) for r in records},
+            f1={str(r["id"]): 100 * float(r["f1"]) for r in records},
+            **labels,
+        )
+
+
+def load_runs(runs_dir: Path) -> list[RunResult]:
+    """Finished runs of the store under `runs_dir`, oldest first, with their predictions."""
+    from ragscale.optimizers import tracking
+    from ragscale.optimizers.runner import PREDICTIONS
+
+    results = []
+    for run in tracking.finished_runs(runs_dir):
+        params = run.data.params
+        path = tracking.artifact_path(runs_dir, run.info.run_id, PREDICTIONS)
+        with path.open(encoding="utf-8") as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+        results.append(
+            RunResult.from_records(
+                run.info.run_id,
+                records,
+                run_name=run.info.run_name or run.info.run_id,
+                method=params.get("method", "?"),
+                optimizer=params.get("optimizer", "?"),
+                dataset=params.get("dataset", "?"),
+                lm=params.get("lm", "?"),
+                start_time=run.info.start_time or 0,
+                metrics=dict(run.data.metrics),
+            )
+        )
+    return results
+
+
+def find_run(runs: Sequence[RunResult], ref: str) -> RunResult:
+    """The run whose id, unique id prefix or name is `ref`; a clear error listing runs otherwise."""
+    exact = [r for r in runs if ref in (r.run_id, r.run_name)]
+    matches = exact or [r for r in runs if r.run_id.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(f"{r.run_id[:8]} ({r.run_name})" for r in runs) or "none"
+    what = "matches several runs" if matches else "matches no finished run"
+    raise ValueError(f"--baseline {ref!r} {what}; runs: {known}")
+
+
+def default_baseline(runs: Sequence[RunResult], run: RunResult) -> RunResult | None:
+    same_data = [r for r in runs if r.dataset == run.dataset]
+    closed = [r for r in same_data if r.method == "closed-book"]
+    same_lm = [r for r in closed if r.lm == run.lm]
+    for pool in (same_lm, closed):
+        if pool:
+            return max(pool, key=lambda r: r.start_time)
+    return min(same_data, key=lambda r: r.start_time) if same_data else None
+
+
+def compare_runs(
+    runs: Sequence[RunResult],
+    *,
+    baseline: str | None = None,
+    latest_only: bool = True,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One row per run (the latest of each method x optimizer x dataset x LM unless `latest_only` is False)."""
+    fixed = find_run(runs, baseline) if baseline is not None else None
+    shown = list(runs)
+    if latest_only:
+        latest: dict[tuple, RunResult] = {}
+        for run in runs:
+            if run.key not in latest or run.start_time >= latest[run.key].start_time:
+                latest[run.key] = run
+        shown = [r for r in runs if latest[r.key] is r]
+    rows = []
+    for run in sorted(shown, key=lambda r: (r.dataset, r.lm, r.method != "closed-book", r.method, r.optimizer)):
+        base = fixed or default_baseline(runs, run)
+        is_base = base is not None and base.run_id == run.run_id
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "method": run.method,
+                "optimizer": run.optimizer,
+                "dataset": run.dataset,
+                "lm": run.lm,
+                "n": len(run.em),
+                "em": sum(run.em.values()) / len(run.em) if run.em else 0.0,
+                "f1": sum(run.f1.values()) / len(run.f1) if run.f1 else 0.0,
+                "input_tokens_per_question": run.metrics.get("effective_context_tokens_per_question"),
+                "baseline_run_id": base.run_id if base is not None else None,
+                "is_baseline": is_base,
+                "em_diff": None
+                if base is None or is_base
+                else paired_bootstrap(run.em, base.em, resamples=resamples, seed=seed),
+                "f1_diff": None
+                if base is None or is_base
+                else paired_bootstrap(run.f1, base.f1, resamples=resamples, seed=seed),
+            }
+        )
+    return rows
+
+
+def _ci(ci: BootstrapCI | None, is_base: bool) -> str:
+    if is_base:
+        return "baseline"
+    if ci is None:
+        return "n/a (no shared questions)"
+    mark = " *" if ci.excludes_zero() else ""
+    return f"{ci.diff:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]{mark}"
+
+
+def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A markdown table of `compare_runs` rows; `*` marks a 95% CI that excludes 0."""
+    header = [
+        "run",
+        "method",
+        "optimizer",
+        "dataset",
+        "lm",
+        "n",
+        "EM",
+        "F1",
+        "dEM [95% CI]",
+        "dF1 [95% CI]",
+        "tokens/q",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        tokens = row["input_tokens_per_question"]
+        cells = [
+            row["run_id"][:8],
+            row["method"],
+            row["optimizer"],
+            row["dataset"],
+            row["lm"],
+            str(row["n"]),
+            f"{row['em']:.1f}",
+            f"{row['f1']:.1f}",
+            _ci(row["em_diff"], row["is_baseline"]),
+            _ci(row["f1_diff"], row["is_baseline"]),
+            "" if tokens is None else f"{tokens:.0f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def rows_to_json(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        item = dict(row)
+        for key in ("em_diff", "f1_diff"):
+            ci = row[key]
+            item[key] = None if ci is None else {"diff": ci.diff, "low": ci.low, "high": ci.high, "n": ci.n}
+        out.append(item)
+    return out

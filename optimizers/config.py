@@ -1,0 +1,166 @@
+"""The typed configuration of one experiment run.
+
+A `RunConfig` is built from CLI flags or from a TOML file under `runs/configs/` (flags override the file). It is
+validated on construction: an unknown method, optimizer, dataset, adapter, retriever or metric fails naming the
+valid choices. `asdict(config)` is logged to MLflow whole, so a run can be rerun from its params (`to_toml`).
+The LM name is checked by `load_lm` when the runner loads it (a preset, a local directory, a .gguf file or an
+OpenAI-compatible server model).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ADAPTERS = ("field", "chat", "json")
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot run: names the field, the value and the valid choices."""
+
+
+def _choices(kind: str, value: str, valid) -> None:
+    if value not in valid:
+        raise ConfigError(f"unknown {kind} {value!r}; valid choices: {', '.join(sorted(valid))}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run: compile `method` with `optimizer` on the train split of `dataset`, evaluate on its dev split.
+
+    Paths are made absolute on construction (relative ones are taken from the current directory), so the params
+    logged to MLflow point at the same files wherever the run is inspected from.
+    """
+
+    method: str
+    dataset: str
+    optimizer: str = "none"
+    lm: str = "smollm2-135m"
+    api_base: str | None = None
+    adapter: str = "field"
+    max_tokens: int = 256
+    cache: bool = True
+    retriever: str = "hybrid"
+    chroma_url: str | None = None
+    k: int = 5
+    max_iterations: int = 3
+    max_demos: int = 4
+    max_docs_per_demo: int = 3
+    metric: str = "em"
+    limit: int | None = None
+    train_limit: int | None = 64
+    data_dir: Path | None = None
+    eval_file: Path | None = None
+    runs_dir: Path = Path("runs")
+    threads: int = 4
+    seed: int = 0
+    run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        from ragscale.data import DATASETS, default_data_dir
+        from ragscale.optimizers.metrics import METRICS
+        from ragscale.optimizers.teleprompters import OPTIMIZERS
+        from ragscale.programs import PROGRAMS
+        from ragscale.programs.retrieval import RETRIEVERS
+
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _INT_FIELDS and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{f.name} must be an integer, got {value!r}")
+        _choices("method", self.method, PROGRAMS)
+        _choices("optimizer", self.optimizer, OPTIMIZERS)
+        _choices("dataset", self.dataset, DATASETS)
+        _choices("adapter", self.adapter, ADAPTERS)
+        _choices("retriever", self.retriever, RETRIEVERS)
+        _choices("metric", self.metric, METRICS)
+        if not isinstance(self.lm, str) or not self.lm:
+            raise ConfigError(f"lm must be a non-empty name or path, got {self.lm!r}")
+        if not isinstance(self.cache, bool):
+            raise ConfigError(f"cache must be true or false, got {self.cache!r}")
+        for name, low in (
+            ("k", 1),
+            ("max_iterations", 1),
+            ("max_demos", 0),
+            ("max_docs_per_demo", 0),
+            ("max_tokens", 1),
+            ("threads", 1),
+            ("limit", 1),
+            ("train_limit", 1),
+        ):
+            value = getattr(self, name)
+            if value is not None and value < low:
+                raise ConfigError(f"{name} must be >= {low}, got {value}")
+        data_dir = Path(self.data_dir) if self.data_dir is not None else default_data_dir()
+        object.__setattr__(self, "data_dir", data_dir.expanduser().resolve())
+        object.__setattr__(self, "runs_dir", Path(self.runs_dir).expanduser().resolve())
+        if self.eval_file is not None:
+            object.__setattr__(self, "eval_file", Path(self.eval_file).expanduser().resolve())
+
+    @property
+    def train_path(self) -> Path:
+        return self.data_dir / self.dataset / "train.jsonl"
+
+    @property
+    def eval_path(self) -> Path:
+        return self.eval_file if self.eval_file is not None else self.data_dir / self.dataset / "dev.jsonl"
+
+    def to_params(self) -> dict[str, str]:
+        """`asdict(self)` as MLflow params (every value a string, None as "None")."""
+        return {key: str(value) for key, value in asdict(self).items()}
+
+    def to_toml(self) -> str:
+        """The config as TOML that `from_toml` reads back to an equal config (None values are left out)."""
+        lines = []
+        for key, value in asdict(self).items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, int | float):
+                text = repr(value)
+            else:
+                text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+            lines.append(f"{key} = {text}")
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_toml(cls, path: Path | str, **overrides: Any) -> RunConfig:
+        """Read a config from a TOML file of flat `key = value` lines; `overrides` win over the file.
+
+        Relative paths inside the file are taken from the current directory. Unknown keys fail by name.
+        """
+        path = Path(path)
+        try:
+            with path.open("rb") as fh:
+                values = tomllib.load(fh)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file not found: {path}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        return cls.from_mapping({**values, **overrides}, source=str(path))
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any], *, source: str = "config") -> RunConfig:
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(valid))
+        if unknown:
+            raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(valid)}")
+        missing = [name for name in ("method", "dataset") if name not in values]
+        if missing:
+            raise ConfigError(f"{source}: missing {' and '.join(missing)} (give --{missing[0]} or set it in the TOML)")
+        return cls(**values)
+
+
+_INT_FIELDS = {
+    "max_tokens",
+    "k",
+    "max_iterations",
+    "max_demos",
+    "max_docs_per_demo",
+    "limit",
+    "train_limit",
+    "threads",
+    "seed",
+}

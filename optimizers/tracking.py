@@ -1,0 +1,115 @@
+"""MLflow tracking of runs: a sqlite store and local artifacts under the runs directory.
+
+Everything goes through an explicit `MlflowClient` (no global tracking URI, no active-run state), so a sweep can
+open child runs from worker code and tests can point at `tmp_path`. The store is
+`sqlite:///<absolute runs_dir>/mlflow.db`; the experiment is created with its artifact location under
+`<runs_dir>/artifacts` (MLflow's defaults would land both in the current directory). MLflow is imported inside
+the functions: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT = "ragscale"
+RUN_KIND_TAG = "ragscale.kind"
+
+log = logging.getLogger(__name__)
+
+
+def tracking_uri(runs_dir: Path) -> str:
+    return f"sqlite:///{Path(runs_dir).resolve() / 'mlflow.db'}"
+
+
+def client(runs_dir: Path):
+    """An `MlflowClient` on the runs directory's sqlite store (the directory is created if needed)."""
+    from mlflow.tracking import MlflowClient
+
+    runs_dir = Path(runs_dir).resolve()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=tracking_uri(runs_dir))
+
+
+def experiment_id(mlflow_client, runs_dir: Path, name: str = EXPERIMENT) -> str:
+    """The id of experiment `name`, created with artifacts under `<runs_dir>/artifacts` when it is new."""
+    experiment = mlflow_client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    artifacts = (Path(runs_dir).resolve() / "artifacts").as_uri()
+    return mlflow_client.create_experiment(name, artifact_location=artifacts)
+
+
+def start_run(
+    runs_dir: Path,
+    *,
+    run_name: str,
+    params: Mapping[str, str],
+    tags: Mapping[str, str] | None = None,
+    parent_run_id: str | None = None,
+    kind: str = "run",
+) -> str:
+    """Create a run holding `params` (the whole config) and return its id; a child run when `parent_run_id`."""
+    from mlflow.entities import Param, RunTag
+
+    mlflow_client = client(runs_dir)
+    all_tags = {RUN_KIND_TAG: kind, **(tags or {})}
+    if parent_run_id is not None:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    run = mlflow_client.create_run(experiment_id(mlflow_client, runs_dir), run_name=run_name, tags=all_tags)
+    run_id = run.info.run_id
+    mlflow_client.log_batch(
+        run_id,
+        params=[Param(key, str(value)) for key, value in params.items()],
+        tags=[RunTag(key, value) for key, value in all_tags.items()],
+    )
+    return run_id
+
+
+def log_metrics(runs_dir: Path, run_id: str, metrics: Mapping[str, float | None]) -> None:
+    """Log numeric metrics; None values (e.g. recall of a closed-book run) are left out."""
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    batch = [Metric(key, float(value), now, 0) for key, value in metrics.items() if value is not None]
+    client(runs_dir).log_batch(run_id, metrics=batch)
+
+
+def log_artifacts(runs_dir: Path, run_id: str, paths: list[Path]) -> None:
+    mlflow_client = client(runs_dir)
+    for path in paths:
+        mlflow_client.log_artifact(run_id, str(path))
+
+
+def end_run(runs_dir: Path, run_id: str, status: str = "FINISHED") -> None:
+    """Mark a run FINISHED or FAILED."""
+    client(runs_dir).set_terminated(run_id, status=status)
+
+
+def artifact_path(runs_dir: Path, run_id: str, name: str) -> Path:
+    """The local path of a run's artifact `name` (artifacts live on the local disk under `<runs_dir>/artifacts`)."""
+    from mlflow.artifacts import download_artifacts
+
+    return Path(download_artifacts(run_id=run_id, artifact_path=name, tracking_uri=tracking_uri(runs_dir)))
+
+
+def finished_runs(runs_dir: Path, kind: str = "run") -> list[Any]:
+    """Finished runs of the ragscale experiment of this kind, oldest first (empty when there is no store)."""
+    runs_dir = Path(runs_dir).resolve()
+    if not (runs_dir / "mlflow.db").exists():
+        return []
+    mlflow_client = client(runs_dir)
+    experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
+    if experiment is None:
+        return []
+    runs = mlflow_client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.`{RUN_KIND_TAG}` = '{kind}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time ASC"],
+        max_results=10_000,
+    )
+    return list(runs)

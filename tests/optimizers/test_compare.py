@@ -1,0 +1,132 @@
+"""Paired bootstrap CIs and the comparison table over tracked runs."""
+
+import json
+
+import pytest
+from ragscale.optimizers import tracking
+from ragscale.optimizers.compare import RunResult, compare_runs, find_run, format_table, load_runs, paired_bootstrap
+
+
+def scores(pattern: str) -> dict[str, float]:
+    """Per-question scores in percent from a 0/1 string, ids q0, q1, ..."""
+    return {f"q{i}": 100.0 * int(c) for i, c in enumerate(pattern)}
+
+
+def test_identical_runs_have_a_zero_difference_whose_ci_contains_zero():
+    a = scores("1010011100" * 5)
+    ci = paired_bootstrap(a, dict(a), resamples=1000, seed=1)
+    assert ci.diff == 0.0
+    assert ci.low <= 0.0 <= ci.high
+    assert not ci.excludes_zero()
+
+
+def test_a_clearly_better_run_has_a_ci_that_excludes_zero():
+    better = scores("1" * 40 + "0" * 10)  # 80% on 50 questions
+    worse = scores("1" * 10 + "0" * 40)  # 20% on the same 50
+    ci = paired_bootstrap(better, worse, resamples=2000, seed=0)
+    assert ci.diff == pytest.approx(60.0)
+    assert ci.low > 0 and ci.excludes_zero()
+    assert ci.low < 60.0 < ci.high
+
+
+def test_noisy_small_difference_has_a_ci_that_contains_zero():
+    a = scores("1100110011" * 2)
+    b = scores("1010101011" * 2)  # same mean as a on different questions
+    ci = paired_bootstrap(a, b, resamples=1000, seed=0)
+    assert ci.low < 0 < ci.high
+
+
+def test_questions_are_paired_by_id_and_unshared_ids_are_left_out():
+    a = {"x": 100.0, "y": 0.0, "only-in-a": 100.0}
+    b = {"y": 0.0, "x": 0.0, "only-in-b": 100.0}
+    ci = paired_bootstrap(a, b, resamples=500, seed=0)
+    assert ci.n == 2
+    assert ci.diff == pytest.approx(50.0)
+    assert paired_bootstrap({"x": 1.0}, {"z": 1.0}) is None
+
+
+def test_the_bootstrap_is_reproducible_with_its_seed():
+    a, b = scores("1101001110" * 3), scores("0101100110" * 3)
+    assert paired_bootstrap(a, b, seed=7) == paired_bootstrap(a, b, seed=7)
+
+
+def run_result(run_id, method, pattern, start, dataset="hotpotqa"):
+    em = scores(pattern)
+    return RunResult(
+        run_id=run_id,
+        run_name=f"{method}-run",
+        method=method,
+        optimizer="none",
+        dataset=dataset,
+        lm="dummy",
+        start_time=start,
+        em=em,
+        f1=dict(em),
+    )
+
+
+def test_compare_defaults_to_the_closed_book_baseline_of_each_dataset():
+    runs = [
+        run_result("aaa111", "closed-book", "0" * 30, 1),
+        run_result("bbb222", "rag", "1" * 25 + "0" * 5, 2),
+        run_result("ccc333", "closed-book", "1" * 30, 3, dataset="nq"),
+    ]
+    rows = {row["run_id"]: row for row in compare_runs(runs, resamples=1000)}
+    assert rows["aaa111"]["is_baseline"] and rows["ccc333"]["is_baseline"]
+    assert rows["bbb222"]["baseline_run_id"] == "aaa111"
+    assert rows["bbb222"]["em_diff"].excludes_zero()
+    table = format_table(list(rows.values()))
+    assert "baseline" in table and "+83.3" in table
+
+
+def test_a_given_baseline_is_found_by_id_prefix_and_an_unknown_one_lists_the_runs():
+    runs = [run_result("aaa111", "closed-book", "01" * 5, 1), run_result("bbb222", "rag", "11" * 5, 2)]
+    assert find_run(runs, "bbb").run_id == "bbb222"
+    with pytest.raises(ValueError, match=r"aaa111.*bbb222"):
+        find_run(runs, "zzz")
+
+
+def test_only_the_latest_run_of_each_configuration_is_shown_unless_all_are_asked_for():
+    runs = [run_result("old", "rag", "0" * 10, 1), run_result("new", "rag", "1" * 10, 2)]
+    assert [r["run_id"] for r in compare_runs(runs)] == ["new"]
+    assert {r["run_id"] for r in compare_runs(runs, latest_only=False)} == {"old", "new"}
+
+
+def log_fake_run(runs_dir, tmp_path, method, pattern):
+    """A finished run in the MLflow store holding a predictions.jsonl, as the runner leaves it."""
+    run_id = tracking.start_run(
+        runs_dir,
+        run_name=f"{method}-fake",
+        params={"method": method, "optimizer": "none", "dataset": "hotpotqa", "lm": "dummy"},
+    )
+    path = tmp_path / run_id / "predictions.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = [json.dumps({"id": f"q{i}", "em": float(c), "f1": float(c)}) for i, c in enumerate(pattern)]
+    path.write_text("\n".join(lines) + "\n")
+    tracking.log_artifacts(runs_dir, run_id, [path])
+    tracking.end_run(runs_dir, run_id)
+    return run_id
+
+
+def test_runs_are_read_back_from_the_mlflow_store_with_their_predictions(tmp_path):
+    runs_dir = tmp_path / "runs"
+    base = log_fake_run(runs_dir, tmp_path, "closed-book", "0" * 20)
+    rag = log_fake_run(runs_dir, tmp_path, "rag", "1" * 20)
+    runs = load_runs(runs_dir)
+    assert [r.run_id for r in runs] == [base, rag]
+    assert runs[1].em["q3"] == 100.0
+    rows = {row["run_id"]: row for row in compare_runs(runs)}
+    assert rows[rag]["em_diff"].diff == pytest.approx(100.0)
+
+
+def test_the_compare_command_prints_the_table_with_cis(tmp_path, capsys):
+    from ragscale.optimizers.cli import main
+
+    runs_dir = tmp_path / "runs"
+    log_fake_run(runs_dir, tmp_path, "closed-book", "0" * 20)
+    log_fake_run(runs_dir, tmp_path, "rag", "1" * 10 + "0" * 10)
+    assert main(["compare", "--runs-dir", str(runs_dir), "--json", str(tmp_path / "cmp.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| closed-book |" in out and "baseline" in out and "+50.0 [" in out
+    rows = json.loads((tmp_path / "cmp.json").read_text())
+    assert rows[1]["em_diff"]["low"] > 0
