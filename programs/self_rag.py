@@ -46,7 +46,8 @@ class SelfRAG(dspy.Module):
             found = self.retriever(query, self.k)
             grades = [self.grade(question=question, document=format_passage(p)).grade for p in found]
             relevant = most_relevant_last([p for p, g in zip(found, grades, strict=True) if g == "relevant"])
-            step = {"query": query, "grades": grades, "passages": references(relevant), "answer": None}
+            graded = [{"id": p.id, "title": p.title, "grade": g} for p, g in zip(found, grades, strict=True)]
+            step = {"query": query, "grades": graded, "passages": references(relevant), "answer": None}
             rounds.append(step)
             if not relevant:
                 continue

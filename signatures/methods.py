@@ -36,16 +36,6 @@ class AnswerInOrder(dspy.Signature):
     answer: str = dspy.OutputField(desc="a few words at most")
 
 
-class AnswerWithBackground(dspy.Signature):
-    """Answer the question using the background, found for a more general step-back question, and the
-    documents found for the question itself. Reply with the short answer only. Do not explain."""
-
-    background: list[str] = dspy.InputField(desc="passages about the step-back question")
-    documents: list[str] = dspy.InputField(desc="passages about the question, the most relevant last")
-    question: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="a few words at most")
-
-
 class ContinueReasoning(dspy.Signature):
     """Write the next sentence of step-by-step reasoning towards the answer, using the documents. Write one
     sentence stating one fact. When you can answer, write a sentence that starts with "So the answer is"."""

@@ -126,7 +126,7 @@ HAPPY_PATHS = {
     ),
     "step-back": (
         lambda r: StepBackRAG(r, k=2),
-        [{"step_back_question": "What is the biography of Scott Derrickson?"}, {"answer": "Denver"}],
+        [{"step_back_question": "What is the history of Colorado and Denver?"}, {"answer": "Denver"}],
         ["step_back", "answer"],
     ),
     "hyde": (
@@ -265,14 +265,29 @@ def test_decompose_individual_answers_the_question_itself_when_no_sub_question_i
     assert retriever.queries == [QUESTION]
 
 
-def test_step_back_retrieves_for_both_questions_and_shows_the_step_back_passages_as_background():
+def test_step_back_retrieves_for_both_questions_and_answers_from_both_contexts_the_question_own_last():
     retriever = OverlapRetriever()
     prediction, lm = run(StepBackRAG(retriever, k=2), HAPPY_PATHS["step-back"][1])
-    assert prediction.step_back_question == "What is the biography of Scott Derrickson?"
-    assert retriever.queries == [prediction.step_back_question, QUESTION]
-    background = prompt(lm, 1).split("[[ ## documents ## ]]")[0]
-    assert all(p.title in background for p in retriever.results[0])
-    assert set(ids(prediction)) == {p.id for ranking in retriever.results for p in ranking}
+    assert prediction.step_back_question == "What is the history of Colorado and Denver?"
+    assert retriever.queries == [QUESTION, prediction.step_back_question]
+    own, background = retriever.results
+    assert not {p.id for p in own} & {p.id for p in background}
+    shown = [prompt(lm, 1).index(format_passage(p)) for p in [background[1], background[0], own[1], own[0]]]
+    assert shown == sorted(shown)
+    assert set(ids(prediction)) == {p.id for p in [*own, *background]}
+
+
+def test_step_back_shows_a_passage_found_for_both_questions_once_among_the_question_own():
+    retriever = OverlapRetriever()
+    replies = [{"step_back_question": "Who is Scott Derrickson, the director?"}, {"answer": "Denver"}]
+    prediction, lm = run(StepBackRAG(retriever, k=2), replies)
+    own, background = retriever.results
+    shared = {p.id for p in own} & {p.id for p in background}
+    assert shared
+    shown = prompt(lm, 1)
+    for passage in own:
+        assert shown.count(format_passage(passage)) == 1
+    assert len(ids(prediction)) == len(set(ids(prediction)))
 
 
 def test_hyde_searches_with_the_hypothetical_passage_not_the_question():
@@ -402,7 +417,8 @@ def test_self_rag_stops_after_a_fully_supported_useful_answer():
     retriever = OverlapRetriever()
     prediction, _ = run(SelfRAG(retriever, k=2, max_rounds=3), HAPPY_PATHS["self-rag"][1])
     assert len(prediction.rounds) == 1
-    assert prediction.rounds[0]["grades"] == ["relevant", "irrelevant"]
+    assert [g["grade"] for g in prediction.rounds[0]["grades"]] == ["relevant", "irrelevant"]
+    assert [g["id"] for g in prediction.rounds[0]["grades"]] == [p.id for p in retriever.results[0]]
     assert ids(prediction) == [retriever.results[0][0].id]  # only the relevant passage
 
 
