@@ -1,5 +1,21 @@
 """Typed DSPy signatures: the prompts of every ragscale method."""
 
+from ragscale.signatures.methods import (
+    AnswerFromReasoning,
+    AnswerInOrder,
+    CheckSupport,
+    ContinueReasoning,
+    DecideRetrieval,
+    DraftSteps,
+    ListSubQuestions,
+    PlanChain,
+    RateUsefulness,
+    Rephrase,
+    ReviseStep,
+    Rewrite,
+    Verify,
+    WriteQuery,
+)
 from ragscale.signatures.qa import (
     Answer,
     AnswerClosedBook,
@@ -11,4 +27,27 @@ from ragscale.signatures.qa import (
     Synthesize,
 )
 
-__all__ = ["Answer", "AnswerClosedBook", "AnswerSub", "Decompose", "Grade", "Hypothesize", "StepBack", "Synthesize"]
+__all__ = [
+    "Answer",
+    "AnswerClosedBook",
+    "AnswerFromReasoning",
+    "AnswerInOrder",
+    "AnswerSub",
+    "CheckSupport",
+    "ContinueReasoning",
+    "DecideRetrieval",
+    "Decompose",
+    "DraftSteps",
+    "Grade",
+    "Hypothesize",
+    "ListSubQuestions",
+    "PlanChain",
+    "RateUsefulness",
+    "Rephrase",
+    "ReviseStep",
+    "Rewrite",
+    "StepBack",
+    "Synthesize",
+    "Verify",
+    "WriteQuery",
+]
