@@ -1,0 +1,106 @@
+"""Sparse retrieval: rank-bm25's ``BM25Okapi`` (k1=1.5, b=0.75) over title + text.
+
+Tokenizer (``tokenize``): lower-case, split into maximal runs of Unicode letters and digits (so "Bates-Batcheller"
+gives "bates", "batcheller" and "1868" stays a token), drop a small English stopword list (``STOPWORDS``).
+No stemming. A passage is indexed as ``title + " " + text``, so a title match counts once more.
+
+Persistence, without pickle: the tokenised corpus is written as JSON (``index_dir/bm25/<hash>.json``, the hash
+covering the corpus and ``TOKENIZER_VERSION``) and ``BM25Okapi`` is rebuilt from it on load, which skips
+tokenisation (the benchmark reports that load time).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ragscale.programs.retrieval.passage import Passage, corpus_key, corpus_passages
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_VERSION = "bm25-tok-v1"
+_TOKEN = re.compile(r"[^\W_]+")
+STOPWORDS = frozenset(
+    """a about after all also an and any are as at be been before but by can could did do does for from had has
+    have he her his how i if in into is it its me my no not of on or our she so than that the their them then
+    there these they this those to was we were what when where which who whom whose why will with would you your
+    """.split()
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased alphanumeric tokens of ``text`` without stopwords (see the module docstring)."""
+    return [token for token in _TOKEN.findall(text.lower()) if token not in STOPWORDS]
+
+
+class BM25Retriever:
+    """``retriever(query, k)`` -> passages by BM25 score, highest first.
+
+    With ``index_dir`` the tokenised corpus is cached there as JSON and reused by later runs; without it the
+    index lives in memory only.
+    """
+
+    def __init__(self, corpus: Sequence[Mapping], *, index_dir: Path | None = None) -> None:
+        from rank_bm25 import BM25Okapi
+
+        self.passages = corpus_passages(corpus)
+        if not self.passages:
+            raise ValueError("cannot build a BM25 index over an empty corpus")
+        self.key = corpus_key(self.passages, "bm25", TOKENIZER_VERSION)
+        self.path = Path(index_dir) / "bm25" / f"{self.key}.json" if index_dir is not None else None
+        tokens = self._load_tokens()
+        self.loaded_from_disk = tokens is not None
+        if tokens is None:
+            tokens = [tokenize(f"{p.title} {p.text}") for p in self.passages]
+            self._save_tokens(tokens)
+        self.bm25 = BM25Okapi(tokens)
+
+    def _load_tokens(self) -> list[list[str]] | None:
+        if self.path is None or not self.path.is_file():
+            return None
+        with self.path.open(encoding="utf-8") as handle:
+            stored = json.load(handle)
+        if stored.get("ids") != [p.id for p in self.passages] or stored.get("tokenizer") != TOKENIZER_VERSION:
+            logger.warning("BM25 index %s does not match the corpus; rebuilding it", self.path)
+            return None
+        return stored["tokens"]
+
+    def _save_tokens(self, tokens: list[list[str]]) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(f".{os.getpid()}.tmp")
+        payload = {"tokenizer": TOKENIZER_VERSION, "ids": [p.id for p in self.passages], "tokens": tokens}
+        with partial.open("w", encoding="utf-8") as handle:
+            json.dump(payload, handle, ensure_ascii=False, separators=(",", ":"))
+        partial.replace(self.path)
+
+    def __call__(self, query: str, k: int) -> list[Passage]:
+        import numpy as np
+
+        if k <= 0:
+            return []
+        # Unknown terms score 0 for every passage; skipping them avoids rank-bm25's per-term scan.
+        terms = [t for t in tokenize(query) if t in self.bm25.idf]
+        if not terms:
+            return []
+        scores = self.bm25.get_scores(terms)
+        k = min(k, len(self.passages))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = sorted(top.tolist(), key=lambda i: (-scores[i], i))
+        return [
+            Passage(id=p.id, title=p.title, text=p.text, score=float(scores[i]))
+            for i in top
+            if scores[i] > 0
+            for p in (self.passages[i],)
+        ]
+
+    def __deepcopy__(self, memo: dict) -> BM25Retriever:
+        return self
+
+    def __repr__(self) -> str:
+        return f"BM25Retriever(passages={len(self.passages)}, key={self.key})"
