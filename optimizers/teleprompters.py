@@ -24,6 +24,7 @@ from typing import Any
 
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
+
 from ragscale.optimizers.metrics import gold_answers
 from ragscale.programs.retrieval import format_passage, most_relevant_last
 
@@ -121,11 +122,19 @@ def _labeled(
 
 
 def _bootstrap(
-    program: dspy.Module, trainset: list, *, metric: Metric, max_demos: int, max_docs_per_demo: int, seed: int, **_: Any
+    program: dspy.Module,
+    trainset: list,
+    *,
+    metric: Metric,
+    max_demos: int,
+    max_docs_per_demo: int,
+    seed: int,
+    max_attempts: int | None,
+    **_: Any,
 ) -> dspy.Module:
     trainset = random.Random(seed).sample(trainset, len(trainset))
     teleprompter = dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=max_demos, max_labeled_demos=0)
-    compiled = teleprompter.compile(program, trainset=trainset)
+    compiled = teleprompter.compile(program, trainset=trainset[:max_attempts])
     shown = {demo.get("question") for predictor in compiled.predictors() for demo in predictor.demos}
     rest = [example for example in trainset if example.question not in shown]
     labeled = _labeled(program, rest, max_demos=max_demos, max_docs_per_demo=max_docs_per_demo, seed=seed)
@@ -211,13 +220,16 @@ def compile_program(
     seed: int = 0,
     valset: Sequence[dspy.Example] | None = None,
     num_candidates: int = 4,
+    max_attempts: int | None = None,
 ) -> dspy.Module:
     """Compile ``program`` on ``trainset`` with the teleprompter named ``optimizer`` and return a new program.
 
     ``metric(example, pred, trace=None)`` judges bootstrapped traces and candidates (``ragscale.optimizers
     .metrics.em_metric`` or ``f1_metric``); ``lm`` and ``adapter``, when given, are used while compiling
     (otherwise ``dspy.settings``). ``valset`` scores candidates for random-search and mipro (default: the
-    trainset, resp. a split of it). The input ``program`` is not changed.
+    trainset, resp. a split of it); each costs one program run per example and candidate, so keep it small on a
+    CPU. ``max_attempts`` caps the training examples ``bootstrap`` runs the program on (default: all of them,
+    until ``max_demos`` traces pass). The input ``program`` is not changed.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
@@ -235,6 +247,7 @@ def compile_program(
             seed=seed,
             valset=list(valset) if valset is not None else None,
             num_candidates=num_candidates,
+            max_attempts=max_attempts,
         )
     return cap_demos(compiled, max_demos, max_docs_per_demo)
 

@@ -7,6 +7,7 @@ accepts and ignores ``retriever`` and ``k`` so every method is built the same wa
 """
 
 import dspy
+
 from ragscale.signatures import AnswerClosedBook
 
 

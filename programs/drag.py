@@ -12,6 +12,7 @@ the trace for bootstrapped ones -- trimmed to ``max_docs_per_demo`` with the mos
 """
 
 import dspy
+
 from ragscale.programs.rag import references
 from ragscale.programs.retrieval import format_passage, most_relevant_last
 from ragscale.signatures import Answer

@@ -6,28 +6,26 @@ and an intermediate answer is generated; when the model judges that no further s
 the final answer from the question, the sub-queries with their answers and every document retrieved so far.
 Demonstrations carry their documents as in DRAG. In DSPy the three kinds of generation are three predictors:
 ``self.decompose`` (Decompose: next follow-up or none), ``self.answer_sub`` (AnswerSub over the sub-query's k
-documents) and ``self.synthesize`` (Synthesize over all gathered documents, deduplicated, most relevant last).
-A follow-up already asked (or the question itself) ends the loop, so a model that repeats itself stops.
+documents) and ``self.synthesize`` (Synthesize over all gathered documents: the rankings of the question and of every
+follow-up fused by reciprocal rank, deduplicated, most relevant last).
+The loop also ends on a follow-up already asked (or the question itself) and on an unreadable decomposition;
+``stop`` in the prediction says why it ended.
 """
 
+import logging
+
 import dspy
+from dspy.utils.exceptions import AdapterParseError
+
 from ragscale.programs.rag import references
-from ragscale.programs.retrieval import Passage, format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, most_relevant_last, rrf
 from ragscale.signatures import AnswerSub, Decompose, Synthesize
 
-
-def merge_by_rank(rankings: list[list[Passage]]) -> list[Passage]:
-    """The passages of several most-relevant-first lists, without repeats, most relevant first: ordered by the
-    best rank each reached in any list, ties in retrieval order."""
-    best: dict[str, tuple[int, int, Passage]] = {}
-    for order, ranking in enumerate(rankings):
-        for rank, passage in enumerate(ranking):
-            if passage.id not in best or rank < best[passage.id][0]:
-                best[passage.id] = (rank, order, passage)
-    return [passage for _, _, passage in sorted(best.values(), key=lambda entry: entry[:2])]
+logger = logging.getLogger(__name__)
 
 
 def same_question(text: str) -> str:
+    """A question's key for spotting repeats: lower case, no surrounding punctuation, single spaces."""
     return " ".join(text.lower().strip(" ?.").split())
 
 
@@ -49,12 +47,20 @@ class IterDRAG(dspy.Module):
 
     def forward(self, question: str) -> dspy.Prediction:
         rankings = [self.retriever(question, self.k)]
-        follow_ups, sub_questions, intermediate_answers = [], [], []
+        follow_ups, sub_questions, intermediate_answers, stop = [], [], [], "max_iterations"
         for _ in range(self.max_iterations):
-            step = self.decompose(question=question, follow_ups=follow_ups)
+            try:
+                step = self.decompose(question=question, follow_ups=follow_ups)
+            except AdapterParseError as error:  # no readable follow-up: answer with what was gathered
+                logger.warning("IterDRAG: unreadable decomposition, answering now: %s", error)
+                stop = "unreadable_follow_up"
+                break
             sub_question = (step.follow_up or "").strip()
-            asked = {same_question(q) for q in [question, *sub_questions]}
-            if not step.needs_follow_up or not sub_question or same_question(sub_question) in asked:
+            if not step.needs_follow_up or not sub_question:
+                stop = "no_follow_up"
+                break
+            if same_question(sub_question) in {same_question(q) for q in [question, *sub_questions]}:
+                stop = "repeated_follow_up"
                 break
             rankings.append(self.retriever(sub_question, self.k))
             documents = [format_passage(p) for p in most_relevant_last(rankings[-1])]
@@ -62,7 +68,7 @@ class IterDRAG(dspy.Module):
             sub_questions.append(sub_question)
             intermediate_answers.append(sub_answer)
             follow_ups.append(f"Q: {sub_question} A: {sub_answer}")
-        passages = most_relevant_last(merge_by_rank(rankings))
+        passages = most_relevant_last(rrf(rankings))
         documents = [format_passage(p) for p in passages]
         answer = self.synthesize(documents=documents, question=question, follow_ups=follow_ups).answer
         return dspy.Prediction(
@@ -70,4 +76,5 @@ class IterDRAG(dspy.Module):
             passages=references(passages),
             sub_questions=sub_questions,
             intermediate_answers=intermediate_answers,
+            stop=stop,
         )

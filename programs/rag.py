@@ -10,6 +10,7 @@ them), so extra shots add little context -- the paper's many-shot QA setting. DR
 """
 
 import dspy
+
 from ragscale.programs.retrieval import Passage, format_passage, most_relevant_last
 from ragscale.signatures import Answer
 

@@ -2,6 +2,7 @@
 
 import dspy
 import pytest
+
 from ragscale.optimizers.metrics import (
     acc_metric,
     accuracy,

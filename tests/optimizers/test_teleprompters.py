@@ -3,6 +3,7 @@
 import dspy
 import pytest
 from dspy.utils import DummyLM
+
 from ragscale.optimizers.metrics import em_metric
 from ragscale.optimizers.teleprompters import (
     OPTIMIZERS,
@@ -159,6 +160,21 @@ def test_bootstrap_tops_up_with_labeled_demos_when_no_trace_passes_the_metric():
     assert all(
         demo.answer.startswith("City") and demo.documents == [format_passage(BEST)] for demo in compiled.answer.demos
     )
+
+
+def test_bootstrap_runs_the_program_on_at_most_max_attempts_examples():
+    lm = answering(right=False)
+    compile_program(
+        RAG(FixedRetriever(), k=1),
+        examples(),
+        optimizer="bootstrap",
+        metric=em_metric,
+        max_demos=2,
+        lm=lm,
+        adapter=dspy.ChatAdapter(),
+        max_attempts=3,
+    )
+    assert len(lm.history) == 3
 
 
 def test_bootstrap_compiles_iterdrag():

@@ -5,6 +5,7 @@ import copy
 import dspy
 import pytest
 from dspy.utils import DummyLM
+
 from ragscale.programs import DRAG, PROGRAMS, RAG, ClosedBook, IterDRAG
 from ragscale.programs.retrieval import Passage, format_passage
 
@@ -70,6 +71,7 @@ def test_iterdrag_stops_when_the_model_says_no_follow_up_is_needed():
     assert pred.answer == "J. R. R. Tolkien"
     assert pred.sub_questions == ["Who wrote The Hobbit?"]
     assert pred.intermediate_answers == ["Tolkien"]
+    assert pred.stop == "no_follow_up"
     assert len(lm.history) == 4
 
 
@@ -87,6 +89,7 @@ def test_iterdrag_stops_at_max_iterations_and_still_synthesizes():
     assert pred.answer == "final"
     assert pred.sub_questions == ["First?", "Second?"]
     assert pred.intermediate_answers == ["one", "two"]
+    assert pred.stop == "max_iterations"
     synthesize_prompt = lm.history[-1]["messages"][-1]["content"]
     assert "Q: First? A: one" in synthesize_prompt and "Q: Second? A: two" in synthesize_prompt
 
@@ -103,7 +106,16 @@ def test_iterdrag_stops_when_the_model_repeats_a_follow_up():
     pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=5), lm)
     assert pred.sub_questions == ["Who wrote it first?"]
     assert pred.answer == "Tolkien"
+    assert pred.stop == "repeated_follow_up"
     assert len(lm.history) == 4
+
+
+def test_iterdrag_answers_with_what_it_has_when_the_decomposition_cannot_be_read():
+    lm = DummyLM([{"answer": "not a decomposition"}, {"answer": "Tolkien"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+        pred = IterDRAG(TableRetriever([passage("A")]), k=1)(question="Who wrote it?")
+    assert (pred.answer, pred.stop, pred.sub_questions) == ("Tolkien", "unreadable_follow_up", [])
+    assert pred.passages == [{"id": "id-A", "title": "A"}]
 
 
 def test_iterdrag_gathers_every_retrieval_without_repeats_most_relevant_last():
@@ -119,7 +131,7 @@ def test_iterdrag_gathers_every_retrieval_without_repeats_most_relevant_last():
     )
     pred = run(IterDRAG(retriever, k=3, max_iterations=3), lm, question="Main?")
     assert retriever.queries == ["Main?", "Sub?"]
-    # best ranks: A 0 (main), C 0 (sub), B 1, D 2 -> most relevant first A, C, B, D -> reversed
+    # fused by reciprocal rank: A (ranked in both) > C (1st once) > B (2nd) > D (3rd), then reversed
     assert [p["title"] for p in pred.passages] == ["D", "B", "C", "A"]
     answer_sub_prompt = lm.history[1]["messages"][-1]["content"]
     assert answer_sub_prompt.index(format_passage(d)) < answer_sub_prompt.index(format_passage(c))
