@@ -1,0 +1,90 @@
+"""The scale-out path: the same DSPy program against an OpenAI-compatible server given by model name and URL."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import dspy
+import pytest
+
+from ragscale.programs.lm import context_window, count_tokens, load_lm, meter
+
+
+class ChatCompletions(BaseHTTPRequestHandler):
+    """A minimal /v1/chat/completions: answers in DSPy's chat format with the capital named in the prompt."""
+
+    received: list[dict] = []  # noqa: RUF012 -- the requests this server saw, for the test to inspect
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).received.append({"path": self.path, **body})
+        prompt = " ".join(str(m.get("content")) for m in body["messages"])
+        answer = "Paris" if "France" in prompt else "unknown"
+        content = f"[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
+        n_prompt = len(prompt.split())
+        reply = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": 7, "total_tokens": n_prompt + 7},
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server_url():
+    ChatCompletions.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_program_runs_against_a_local_openai_compatible_server_and_is_metered(server_url):
+    lm = load_lm("openai/test", api_base=server_url, cache=False)
+    program = dspy.Predict("question -> answer")
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)), meter() as usage:
+        prediction = program(question="What is the capital of France?")
+    assert prediction.answer == "Paris"
+    [request] = ChatCompletions.received
+    assert request["path"] == "/v1/chat/completions"
+    assert request["model"] == "test"
+    assert "What is the capital of France?" in json.dumps(request["messages"])
+    assert usage.calls == 1
+    assert usage.output_tokens == 7
+    assert usage.input_tokens > 10
+
+
+def test_a_server_lm_needs_an_address_and_approximates_tokens():
+    with pytest.raises(ValueError, match="api_base"):
+        load_lm("openai/test")
+    lm = load_lm("openai/test", api_base="http://127.0.0.1:9/v1", context_window=4096)
+    assert count_tokens(lm, "x" * 41) == 11
+    assert context_window(lm) == 4096
+
+
+def test_a_cached_server_answer_is_metered_with_its_original_tokens(server_url):
+    lm = load_lm("openai/test", api_base=server_url, cache=True)
+    question = [{"role": "user", "content": "Which country has Paris? Say France."}]
+    with meter() as usage:
+        first = lm(messages=question)
+        again = lm(messages=question)
+    assert first == again
+    assert len(ChatCompletions.received) == 1
+    assert [r.cached for r in usage.records] == [False, True]
+    assert usage.records[1].input_tokens == usage.records[0].input_tokens > 0
+    assert usage.records[1].output_tokens == usage.records[0].output_tokens == 7
