@@ -162,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ragscale`; returns the exit code (also raised as SystemExit by argparse on bad usage)."""
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
+    from ragscale.optimizers.teleprompters import ContextWindowError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -173,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args, parser)
     except ConfigError as exc:
         parser.exit(2, f"ragscale {args.command}: error: {exc}\n")
+    except ContextWindowError as exc:
+        parser.exit(2, f"ragscale {args.command}: error: the prompt does not fit: {exc}\n")
 
 
 if __name__ == "__main__":

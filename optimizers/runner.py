@@ -14,7 +14,8 @@ that crashes is not rewarded by a smaller denominator. `n` counts every evaluate
 ones.
 
 Summary (`--json FILE` writes the same): method, dataset, optimizer, lm, n, failed, em, f1, acc,
-retrieval_recall (all four in percent; recall is None when no question has supporting titles), lm_calls_per_question,
+retrieval_recall (all four in percent; recall is None for a program without a retriever or when no question has
+supporting titles), lm_calls_per_question,
 input_tokens_per_question (the mean effective context: all input tokens of all LM calls of a question),
 output_tokens_per_question, questions_per_minute (evaluation only), wall_s (the whole run: loading, indexing,
 compiling, evaluating), mlflow_run_id.
@@ -119,24 +120,30 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
     )
 
 
-def fits_context(program, lm, adapter, examples: Sequence) -> dict[str, int]:
-    """`check_fits_context` with the longest question and the longest paragraph of `examples`: raises
-    `ContextWindowError` (a ValueError naming the predictor and the counts) when a prompt cannot fit."""
+def fits_context(program, lm, adapter, examples: Sequence, *, percentile: float = 95.0) -> dict[str, int]:
+    """`check_fits_context` with the longest question of `examples` and, for every document slot, a paragraph of the
+    `percentile`-th length of their paragraphs; raises `ContextWindowError` (a ValueError naming the predictor and
+    the counts) when that prompt cannot fit.
+
+    Not the longest paragraph: HotpotQA's is 16x its median (8,277 characters against 504), and k copies of it
+    would reject configurations whose real prompts fit. The engine refuses a prompt over the window, so a rare
+    question that still overflows is recorded as failed and the run goes on.
+    """
     from ragscale.optimizers.teleprompters import check_fits_context
     from ragscale.programs.retrieval import Passage, format_passage
 
     question = max((ex.question for ex in examples), key=len, default="")
-    document = max(
+    documents = sorted(
         (
             format_passage(Passage(id="", title=p["title"], text=p["text"]))
             for ex in examples
             for p in (getattr(ex, "paragraphs", None) or [])
         ),
         key=len,
-        default="",
     )
+    document = documents[round(percentile / 100 * (len(documents) - 1))] if documents else ""
     estimates = check_fits_context(program, lm, question=question, document=document, adapter=adapter)
-    log.info("longest prompt estimates (tokens): %s", estimates)
+    log.info("prompt estimates (tokens, documents at the p%g length): %s", percentile, estimates)
     return estimates
 
 
@@ -152,19 +159,21 @@ def _titles_and_ids(passages: Iterable[Any]) -> tuple[list[str], list[str]]:
     return titles, ids
 
 
-def answer_one(program, example) -> dict[str, Any]:
+def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
     """Run the program on one question inside its own usage meter and score it; never raises an Exception.
 
     The record: id, question, prediction, answers, em, f1, acc, retrieval_recall (None when the question has no
-    supporting titles), lm_calls, input_tokens, output_tokens, latency_s, passage_ids, passage_titles,
-    sub_questions and intermediate_answers (IterDRAG, else empty), error (None, or "Type: message").
+    supporting titles or the program does not retrieve: `retrieves` False), lm_calls, input_tokens, output_tokens,
+    latency_s, passage_ids, passage_titles, sub_questions and intermediate_answers (IterDRAG, else empty), error
+    (None, or "Type: message").
     """
     import dspy
+
     from ragscale.optimizers.metrics import accuracy, exact_match, f1, retrieval_recall
     from ragscale.programs.lm import meter
 
     answers = list(example.answers)
-    supporting = list(getattr(example, "supporting_titles", None) or [])
+    supporting = list(getattr(example, "supporting_titles", None) or []) if retrieves else []
     prediction, error, pred = "", None, None
     start = time.perf_counter()
     with meter() as usage:
@@ -225,7 +234,11 @@ def evaluate(
             records_path.open("w", encoding="utf-8") as out,
             tqdm(total=len(examples), desc="evaluating", unit="q", disable=not progress) as bar,
         ):
-            futures = [pool.submit(contextvars.copy_context().run, answer_one, program, ex) for ex in examples]
+            retrieves = getattr(program, "retriever", None) is not None  # closed-book has no recall to report
+            futures = [
+                pool.submit(contextvars.copy_context().run, answer_one, program, ex, retrieves=retrieves)
+                for ex in examples
+            ]
             for future in as_completed(futures):
                 record = future.result()
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -333,6 +346,7 @@ def run_experiment(
     parent_run_id: str | None = None,
     progress: bool = True,
     check_context: bool | None = None,
+    compiled=None,
 ) -> dict[str, Any]:
     """Compile, evaluate and track one configuration; returns the summary dict (see the module docstring).
 
@@ -340,7 +354,10 @@ def run_experiment(
     e.g. DummyLM, instead of `load_lm(config.lm)`), `retriever` (instead of building one from the corpus),
     `examples` ((train, eval) instead of reading the files; limits still apply) and `parent_run_id` (the MLflow
     run of a sweep, making this a child run). `check_context` (default: only for an LM loaded here) checks, before
-    and after compiling, that the longest prompt fits the LM's context window (`check_fits_context`).
+    and after compiling, that the longest prompt fits the LM's context window (`check_fits_context`). `compiled`
+    (a program of the same method, compiled earlier) has its state (demos, instructions) loaded into the program
+    built from this config instead of compiling again: the sweep compiles once per method and shot count and
+    reuses the result across document counts.
     """
     import dspy
 
@@ -358,6 +375,10 @@ def run_experiment(
         evalset = list(examples[1])[: config.limit] if config.limit else list(examples[1])
     if not evalset:
         raise ConfigError(f"no evaluation questions in {config.eval_path}")
+    if check_context:  # fail before indexing and before a run is opened: the demo-less prompt must fit already
+        with dspy.context(lm=lm, adapter=adapter):
+            fits_context(build_program(config, None), lm, adapter, [*train, *evalset])
+    load_s = time.perf_counter() - start
 
     run_name = config.run_name or default_run_name(config)
     run_id = tracking.start_run(
@@ -385,10 +406,11 @@ def run_experiment(
 
         with dspy.context(lm=lm, adapter=adapter):
             program = build_program(config, retriever)
-            if check_context:
-                fits_context(program, lm, adapter, [*train, *evalset])
             compile_start = time.perf_counter()
-            program = compile_for(config, program, train, lm, adapter)
+            if compiled is not None:
+                program.load_state(compiled.dump_state())
+            else:
+                program = compile_for(config, program, train, lm, adapter)
             compile_s = time.perf_counter() - compile_start
             program.save(str(work / PROGRAM))
             if check_context:
@@ -417,6 +439,7 @@ def run_experiment(
                 "lm_calls_per_question": summary["lm_calls_per_question"],
                 "questions_per_minute": summary["questions_per_minute"],
                 "wall_s": summary["wall_s"],
+                "load_s": load_s,
                 "index_s": index_s,
                 "compile_s": compile_s,
                 "eval_s": eval_s,
@@ -429,8 +452,14 @@ def run_experiment(
             run_id,
             [work / PREDICTIONS, *tables, work / PROGRAM, work / "config.toml", work / "summary.json"],
         )
-    except BaseException:
-        tracking.end_run(config.runs_dir, run_id, status="FAILED")
+    except BaseException as exc:
+        # Keep what finished: the predictions written so far go to MLflow with the run marked failed (or killed).
+        written = [path for path in (work / PREDICTIONS, work / PROGRAM) if path.exists()]
+        try:
+            tracking.log_artifacts(config.runs_dir, run_id, written)
+        except Exception as logging_error:
+            log.warning("could not log the partial artifacts of run %s: %s", run_id, logging_error)
+        tracking.end_run(config.runs_dir, run_id, status="KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     tracking.end_run(config.runs_dir, run_id)
     log.info(

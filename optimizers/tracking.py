@@ -91,9 +91,16 @@ def end_run(runs_dir: Path, run_id: str, status: str = "FINISHED") -> None:
 
 
 def artifact_path(runs_dir: Path, run_id: str, name: str) -> Path:
-    """The local path of a run's artifact `name` (artifacts live on the local disk under `<runs_dir>/artifacts`)."""
+    """The local path of a run's artifact `name`: read in place from a local artifact store (the default, under
+    `<runs_dir>/artifacts`), downloaded to a temporary folder from a remote one."""
     from mlflow.artifacts import download_artifacts
+    from mlflow.utils.file_utils import local_file_uri_to_path
 
+    uri = client(runs_dir).get_run(run_id).info.artifact_uri
+    if uri.startswith("file:") or "://" not in uri:
+        path = Path(local_file_uri_to_path(uri)) / name
+        if path.exists():
+            return path
     return Path(download_artifacts(run_id=run_id, artifact_path=name, tracking_uri=tracking_uri(runs_dir)))
 
 

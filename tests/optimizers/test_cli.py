@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from ragscale.optimizers.cli import main
 from ragscale.optimizers.config import ConfigError, RunConfig
 
@@ -102,6 +103,7 @@ def test_the_shipped_configs_are_valid():
 
 def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
     import dspy
+
     from ragscale.optimizers import runner
 
     data = tmp_path / "data" / "nq"

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from ragscale.optimizers import tracking
 from ragscale.optimizers.compare import RunResult, compare_runs, find_run, format_table, load_runs, paired_bootstrap
 

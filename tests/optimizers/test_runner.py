@@ -6,6 +6,7 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.lm15 import Message, Response, TextPart, Usage
+
 from ragscale.optimizers import tracking
 from ragscale.optimizers.config import RunConfig
 from ragscale.optimizers.runner import PREDICTIONS, SUMMARY_KEYS, evaluate, run_experiment, summarize
@@ -184,6 +185,36 @@ def test_the_logged_config_and_program_rerun_and_reload(tmp_path, data_dir):
     demos = program.answer.demos
     assert len(demos) == 2
     assert all(len(demo["documents"]) == 1 for demo in demos)
+
+
+def test_a_program_compiled_earlier_is_reused_with_the_configs_k_instead_of_compiling_again(tmp_path, data_dir):
+    from ragscale.data import build_corpus, load_split
+    from ragscale.optimizers.metrics import em_metric
+    from ragscale.optimizers.teleprompters import compile_program
+    from ragscale.programs.retrieval import build_retriever
+
+    train, dev = load_split("hotpotqa", "train", data_dir), load_split("hotpotqa", "dev", data_dir)
+    retriever = build_retriever(build_corpus(train + dev), kind="bm25", index_dir=tmp_path / "idx")
+    lm = scripted_lm(SCRIPT)
+    compiled = compile_program(
+        PROGRAMS["drag"](retriever, k=1),
+        train,
+        optimizer="labeled",
+        metric=em_metric,
+        max_demos=3,
+        max_docs_per_demo=1,
+        lm=lm,
+        adapter=dspy.ChatAdapter(),
+    )
+    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled", k=4, max_demos=3)
+    summary = run_experiment(cfg, lm=lm, retriever=retriever, compiled=compiled, progress=False)
+
+    saved = json.loads((tmp_path / "runs" / "work" / summary["mlflow_run_id"] / "program.json").read_text())
+    assert len(saved["answer"]["demos"]) == 3
+    assert saved["answer"]["demos"] == compiled.dump_state()["answer"]["demos"]
+    lines = (tmp_path / "runs" / "work" / summary["mlflow_run_id"] / PREDICTIONS).read_text().splitlines()
+    # The config's k=4, not the compiled program's k=1 (BM25 returns only passages sharing a word with the query).
+    assert max(len(json.loads(line)["passage_ids"]) for line in lines) > 1
 
 
 def test_each_question_record_holds_prediction_gold_scores_usage_and_passages(tmp_path, data_dir):
