@@ -281,6 +281,8 @@ def check_fits_context(
     count_tokens: Callable[[str], int] | None = None,
     context_window: int | None = None,
     adapter: dspy.Adapter | None = None,
+    max_demos: int = 0,
+    max_docs_per_demo: int = 0,
 ) -> dict[str, int]:
     """Estimate each predictor's longest prompt and raise ``ContextWindowError`` if one does not fit.
 
@@ -292,6 +294,10 @@ def check_fits_context(
     ``count_tokens`` (default: ``ragscale.programs.lm.count_tokens(lm, text)``) plus 4 per message for chat
     markup; the LM's ``max_tokens`` is reserved for the answer. The window defaults to
     ``ragscale.programs.lm.context_window(lm)``. Returns ``{predictor name: estimated prompt tokens}``.
+
+    Before compiling, pass ``max_demos`` and ``max_docs_per_demo``: predictors with fewer demonstrations are
+    filled with stand-in ones (the same stand-in inputs with ``max_docs_per_demo`` documents, unless the program
+    drops demo documents, and the question as every output).
     """
     if count_tokens is None or context_window is None:
         from ragscale.programs import lm as lms
@@ -302,16 +308,18 @@ def check_fits_context(
     reserve = int(kwargs.get("max_tokens") or 0)
     adapter = adapter or dspy.settings.adapter or dspy.ChatAdapter()
     documents = program.max_documents() if hasattr(program, "max_documents") else {}
+    demo_documents = max_docs_per_demo if getattr(program, "demo_documents", True) else 0
+    follow_ups = getattr(program, "max_iterations", 1)
     estimates: dict[str, int] = {}
     for name, predictor in program.named_predictors():
+        signature = predictor.signature
         inputs = longest_inputs(
-            predictor.signature,
-            documents.get(name, getattr(program, "k", 0)),
-            question,
-            document,
-            getattr(program, "max_iterations", 1),
+            signature, documents.get(name, getattr(program, "k", 0)), question, document, follow_ups
         )
-        messages = adapter.format(predictor.signature, predictor.demos, inputs)
+        stand_in = longest_inputs(signature, demo_documents, question, document, follow_ups)
+        stand_in.update(dict.fromkeys(signature.output_fields, question))
+        demos = list(predictor.demos) + [stand_in] * max(0, max_demos - len(predictor.demos))
+        messages = adapter.format(signature, demos, inputs)
         estimates[name] = sum(count_tokens(str(message["content"])) + 4 for message in messages)
         if estimates[name] + reserve > context_window:
             raise ContextWindowError(

@@ -288,3 +288,37 @@ def test_mipro_without_optuna_fails_before_any_work_with_an_install_hint():
     with pytest.raises(ImportError, match="pip install 'optuna"):
         compile_program(DRAG(FixedRetriever()), examples(), optimizer="mipro", metric=em_metric, max_demos=2, lm=lm)
     assert lm.history == []
+
+
+def test_context_check_before_compiling_counts_stand_in_demos_with_their_documents():
+    document = "Title: " + "word " * 100
+    bare = check_fits_context(
+        DRAG(FixedRetriever(), k=2),
+        None,
+        question="Where?",
+        document=document,
+        count_tokens=words,
+        context_window=10_000,
+    )
+    planned = check_fits_context(
+        DRAG(FixedRetriever(), k=2),
+        None,
+        question="Where?",
+        document=document,
+        count_tokens=words,
+        context_window=10_000,
+        max_demos=3,
+        max_docs_per_demo=2,
+    )
+    without_documents = check_fits_context(
+        RAG(FixedRetriever(), k=2),
+        None,
+        question="Where?",
+        document=document,
+        count_tokens=words,
+        context_window=10_000,
+        max_demos=3,
+        max_docs_per_demo=2,
+    )
+    assert planned["answer"] > bare["answer"] + 3 * 2 * 100
+    assert bare["answer"] < without_documents["answer"] < bare["answer"] + 3 * 100
