@@ -5,11 +5,11 @@ retrieved for the question; then, up to n times, the model writes a sub-query, d
 and an intermediate answer is generated; when the model judges that no further sub-query is needed, it gives
 the final answer from the question, the sub-queries with their answers and every document retrieved so far.
 Demonstrations carry their documents as in DRAG. In DSPy the three kinds of generation are three predictors:
-``self.decompose`` (Decompose: next follow-up or none), ``self.answer_sub`` (AnswerSub over the sub-query's k
-documents) and ``self.synthesize`` (Synthesize over all gathered documents: the rankings of the question and of every
-follow-up fused by reciprocal rank, deduplicated, most relevant last).
-The loop also ends on a follow-up already asked (or the question itself) and on an unreadable decomposition;
-``stop`` in the prediction says why it ended.
+``self.decompose`` (Decompose: next follow-up or none), ``self.answer_sub`` (AnswerSub over the sub-query's
+k documents) and ``self.synthesize`` (Synthesize over every gathered document: the rankings for the question
+and the follow-ups fused by reciprocal rank, deduplicated, most relevant last). The loop also ends on a
+follow-up already asked (or the question itself) and on an unreadable decomposition; the prediction's
+``stop`` says why it ended.
 """
 
 import logging
