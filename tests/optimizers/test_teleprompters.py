@@ -322,3 +322,19 @@ def test_context_check_before_compiling_counts_stand_in_demos_with_their_documen
     )
     assert planned["answer"] > bare["answer"] + 3 * 2 * 100
     assert bare["answer"] < without_documents["answer"] < bare["answer"] + 3 * 100
+
+
+@pytest.mark.slow
+def test_labeled_drag_on_hotpotqa_with_bm25_puts_each_demo_questions_best_passage_last(shared_datasets):
+    from ragscale.data import build_corpus, load_split
+    from ragscale.programs.retrieval import BM25Retriever
+
+    train = load_split("hotpotqa", "train", shared_datasets)[:6]
+    retriever = BM25Retriever(build_corpus(train))
+    compiled = compile_program(
+        DRAG(retriever, k=4), train, optimizer="labeled", metric=em_metric, max_demos=3, max_docs_per_demo=2
+    )
+    assert len(compiled.answer.demos) == 3
+    for demo in compiled.answer.demos:
+        ranked = retriever(demo.question, 4)
+        assert demo.documents == [format_passage(ranked[1]), format_passage(ranked[0])]
