@@ -1,10 +1,60 @@
-"""What runs at inference time: one RAG method per module, registered by CLI name."""
+"""What runs at inference time: one RAG method per module, registered by CLI name.
+
+Every program is built as ``cls(retriever=..., k=...)`` (closed-book accepts and ignores both); a method's own
+knobs (``max_iterations``, ``n_queries``, ...) are keyword arguments with defaults.
+"""
 
 from ragscale.programs.closed_book import ClosedBook
+from ragscale.programs.crag import CRAG
+from ragscale.programs.decompose_individual import DecomposeIndividual
+from ragscale.programs.decompose_recursive import DecomposeRecursive
 from ragscale.programs.drag import DRAG
+from ragscale.programs.hyde import HyDE
+from ragscale.programs.ircot import IRCoT
 from ragscale.programs.iterdrag import IterDRAG
+from ragscale.programs.multi_query import MultiQuery
 from ragscale.programs.rag import RAG
+from ragscale.programs.rag_fusion import RAGFusion
+from ragscale.programs.rat import RAT
+from ragscale.programs.search_chain import SearchChain
+from ragscale.programs.self_rag import SelfRAG
+from ragscale.programs.step_back import StepBackRAG
 
-PROGRAMS: dict[str, type] = {"closed-book": ClosedBook, "rag": RAG, "drag": DRAG, "iterdrag": IterDRAG}
+PROGRAMS: dict[str, type] = {
+    # Yue et al. 2024 (issue #4)
+    "closed-book": ClosedBook,
+    "rag": RAG,
+    "drag": DRAG,
+    "iterdrag": IterDRAG,
+    # query transformations, multi-step and self-reflective RAG (issue #5)
+    "multi-query": MultiQuery,
+    "rag-fusion": RAGFusion,
+    "decompose-recursive": DecomposeRecursive,
+    "decompose-individual": DecomposeIndividual,
+    "step-back": StepBackRAG,
+    "hyde": HyDE,
+    "ircot": IRCoT,
+    "search-chain": SearchChain,
+    "rat": RAT,
+    "crag": CRAG,
+    "self-rag": SelfRAG,
+}
 
-__all__ = ["DRAG", "PROGRAMS", "RAG", "ClosedBook", "IterDRAG"]
+__all__ = [
+    "CRAG",
+    "DRAG",
+    "PROGRAMS",
+    "RAG",
+    "RAT",
+    "ClosedBook",
+    "DecomposeIndividual",
+    "DecomposeRecursive",
+    "HyDE",
+    "IRCoT",
+    "IterDRAG",
+    "MultiQuery",
+    "RAGFusion",
+    "SearchChain",
+    "SelfRAG",
+    "StepBackRAG",
+]

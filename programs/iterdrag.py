@@ -6,10 +6,9 @@ and an intermediate answer is generated; when the model judges that no further s
 the final answer from the question, the sub-queries with their answers and every document retrieved so far.
 Demonstrations carry their documents as in DRAG. In DSPy the three kinds of generation are three predictors:
 ``self.decompose`` (Decompose: next follow-up or none), ``self.answer_sub`` (AnswerSub over the sub-query's
-k documents) and ``self.synthesize`` (Synthesize over every gathered document: the rankings for the question
-and the follow-ups fused by reciprocal rank, deduplicated, most relevant last). The loop also ends on a
-follow-up already asked (or the question itself) and on an unreadable decomposition; the prediction's
-``stop`` says why it ended.
+k documents) and ``self.synthesize`` (Synthesize over every gathered document, deduplicated, ordered by the
+best rank each reached, most relevant last). The loop also ends on a follow-up already asked (or the question
+itself) and on an unreadable decomposition; the prediction's ``stop`` says why it ended.
 """
 
 import logging
@@ -17,8 +16,8 @@ import logging
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last, rrf
+from ragscale.programs.rag import merge_by_rank, references
+from ragscale.programs.retrieval import format_passage, most_relevant_last
 from ragscale.signatures import AnswerSub, Decompose, Synthesize
 
 logger = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ class IterDRAG(dspy.Module):
             sub_questions.append(sub_question)
             intermediate_answers.append(sub_answer)
             follow_ups.append(f"Q: {sub_question} A: {sub_answer}")
-        passages = most_relevant_last(rrf(rankings))
+        passages = most_relevant_last(merge_by_rank(rankings))
         documents = [format_passage(p) for p in passages]
         answer = self.synthesize(documents=documents, question=question, follow_ups=follow_ups).answer
         return dspy.Prediction(

@@ -20,6 +20,17 @@ def references(passages: list[Passage]) -> list[dict[str, str]]:
     return [{"id": p.id, "title": p.title} for p in passages]
 
 
+def merge_by_rank(rankings: list[list[Passage]]) -> list[Passage]:
+    """The passages of several most-relevant-first lists, without repeats, most relevant first: ordered by the
+    best rank each reached in any list, ties in retrieval order."""
+    best: dict[str, tuple[int, int, Passage]] = {}
+    for order, ranking in enumerate(rankings):
+        for rank, passage in enumerate(ranking):
+            if passage.id not in best or rank < best[passage.id][0]:
+                best[passage.id] = (rank, order, passage)
+    return [passage for _, _, passage in sorted(best.values(), key=lambda entry: entry[:2])]
+
+
 class RAG(dspy.Module):
     """retrieve(question, k) -> answer(documents, question)."""
 
