@@ -9,7 +9,11 @@
   so they hold the documents retrieved during the trace. As DSPy's ``max_labeled_demos`` does with raw
   examples, predictors left short of ``max_demos`` are topped up with labeled demonstrations (with documents).
 - ``random-search``: ``dspy.BootstrapFewShotWithRandomSearch`` over ``num_candidates`` bootstrapped sets.
-- ``mipro``: ``dspy.MIPROv2(auto="light")``: instructions and bootstrapped demonstrations searched together.
+- ``mipro``: ``dspy.MIPROv2(auto="light")``: instructions and bootstrapped demonstrations searched together
+  (needs ``optuna``).
+
+random-search and mipro score their candidates on ``valset`` before the caps below are applied and are not
+topped up with labeled demonstrations: what they pick is what they measured, less any documents over the cap.
 
 After any of them every predictor keeps at most ``max_demos`` demonstrations and every demonstration at most
 ``max_docs_per_demo`` documents, the most relevant kept, last (DRAG's order). A program whose class sets

@@ -86,8 +86,8 @@ def test_labeled_closed_book_demos_are_question_answer_pairs():
     assert [set(demo.keys()) for demo in compiled.answer.demos] == [{"question", "answer"}] * 2
 
 
-def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them():
-    musique = dspy.Example(
+def musique_example() -> dspy.Example:
+    return dspy.Example(
         question="Where was the author of The Hobbit born?",
         answers=["Bloemfontein"],
         decomposition=[
@@ -95,8 +95,11 @@ def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them()
             {"id": 2, "question": "Where was #1 born?", "answer": "Bloemfontein", "paragraph_support_idx": 1},
         ],
     ).with_inputs("question")
+
+
+def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them():
     compiled = LabeledWithDocuments(k=4, max_docs_per_demo=1).compile(
-        IterDRAG(FixedRetriever(), k=2), trainset=[musique]
+        IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()]
     )
     steps = [(d.follow_ups, d.needs_follow_up, d.follow_up) for d in compiled.decompose.demos]
     assert steps == [
@@ -338,3 +341,15 @@ def test_labeled_drag_on_hotpotqa_with_bm25_puts_each_demo_questions_best_passag
     for demo in compiled.answer.demos:
         ranked = retriever(demo.question, 4)
         assert demo.documents == [format_passage(ranked[1]), format_passage(ranked[0])]
+
+
+def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):
+    compiled = LabeledWithDocuments(k=4).compile(IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()])
+    path = tmp_path / "iterdrag.json"
+    compiled.save(str(path), save_program=False)
+    reloaded = IterDRAG(FixedRetriever(), k=2)
+    reloaded.load(str(path))
+    for name in ("decompose", "answer_sub", "synthesize"):
+        saved = [demo.toDict() for demo in getattr(compiled, name).demos]
+        assert getattr(reloaded, name).demos == saved and saved
+    assert [d["needs_follow_up"] for d in reloaded.decompose.demos] == [True, True, False]
