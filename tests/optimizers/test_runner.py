@@ -294,3 +294,21 @@ def test_failed_questions_count_as_zero_in_the_means(tmp_path, data_dir):
     assert summary["retrieval_recall"] is None
     assert summary["questions_per_minute"] == 4.0
     assert summary["input_tokens_per_question"] == 100.0
+
+
+class Broken:
+    def __call__(self, query: str, k: int):
+        raise RuntimeError("the index is gone")
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def test_a_run_that_cannot_compile_is_marked_failed_in_mlflow_and_raises(tmp_path, data_dir):
+    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled")  # labeled retrieves each demo's documents
+    with pytest.raises(RuntimeError, match="the index is gone"):
+        run_experiment(cfg, lm=scripted_lm(SCRIPT), retriever=Broken(), progress=False)
+    client = tracking.client(cfg.runs_dir)
+    runs = client.search_runs([client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id])
+    assert [run.info.status for run in runs] == ["FAILED"]
+    assert runs[0].data.params == cfg.to_params()
