@@ -67,7 +67,7 @@ class DenseRetriever:
         index_dir: Path | None = None,
         embedder: str | MiniLMEmbedder = "minilm",
         chroma_url: str | None = None,
-        batch_size: int = 256,
+        batch_size: int = 512,
         build: bool = True,
     ) -> None:
         self.passages = corpus_passages(corpus)

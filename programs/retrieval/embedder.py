@@ -34,6 +34,9 @@ class MiniLMEmbedder:
     dimension = 384
     _models: ClassVar[dict[tuple[str, str], tuple[Any, Any]]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
+    # A fast tokenizer raises "Already borrowed" when two threads pad/truncate with it at once (DSPy's
+    # Evaluate runs programs in threads), so tokenisation is serialised; the forward pass is not.
+    _tokenizer_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
         self,
@@ -82,13 +85,15 @@ class MiniLMEmbedder:
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
-                encoded = tokenizer(
-                    [texts[i] for i in batch],
-                    padding=True,
-                    truncation=True,
-                    max_length=self.max_length,
-                    return_tensors="pt",
-                ).to(self.device)
+                with self._tokenizer_lock:
+                    encoded = tokenizer(
+                        [texts[i] for i in batch],
+                        padding=True,
+                        truncation=True,
+                        max_length=self.max_length,
+                        return_tensors="pt",
+                    )
+                encoded = encoded.to(self.device)
                 hidden = model(**encoded).last_hidden_state
                 mask = encoded["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)

@@ -92,6 +92,12 @@ def test_bm25_retrieval_finds_the_gold_paragraph_first(corpus, tmp_path):
     assert [p.score for p in passages] == sorted((p.score for p in passages), reverse=True)
 
 
+def test_bm25_scores_equal_rank_bm25s_own_scoring(corpus):
+    bm25 = BM25Retriever(corpus)
+    for query in (QUESTION, "opera singer wealth Narcissa", "words absent from every passage zzzq"):
+        assert bm25.scores(query).tolist() == pytest.approx(bm25.bm25.get_scores(tokenize(query)).tolist())
+
+
 def test_the_tokenizer_lowercases_splits_on_non_alphanumerics_and_drops_stopwords():
     assert tokenize("The Bates-Batcheller case, of 1868!") == ["bates", "batcheller", "case", "1868"]
 
@@ -104,6 +110,17 @@ def test_every_kind_of_retriever_returns_k_distinct_passages_most_relevant_first
     assert len({p.id for p in passages}) == 5
     assert [p.score for p in passages] == sorted((p.score for p in passages), reverse=True)
     assert passages[0].title in GOLD
+
+
+def test_a_retriever_answers_the_same_when_called_from_several_threads(dense, corpus):
+    from concurrent.futures import ThreadPoolExecutor
+
+    hybrid = HybridRetriever(dense, BM25Retriever(corpus))
+    questions = [QUESTION, "an heiress famous for awful opera performances"] * 4
+    expected = [[p.id for p in hybrid(q, 5)] for q in questions]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda q: [p.id for p in hybrid(q, 5)], questions))
+    assert got == expected
 
 
 def test_hybrid_scores_are_the_rrf_of_both_sides(dense, corpus, tmp_path):
