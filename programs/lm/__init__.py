@@ -16,6 +16,7 @@ from ragscale.programs.lm.models import PRESETS
 
 if TYPE_CHECKING:
     import dspy
+
     from ragscale.programs.lm.engine import TorchEngine
 
 __all__ = ["PRESETS", "CallRecord", "UsageMeter", "context_window", "count_tokens", "load_lm", "meter"]

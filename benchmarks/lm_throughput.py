@@ -1,0 +1,148 @@
+"""How fast the local LM engine serves DSPy: prefill/decode tokens/s and questions per minute.
+
+    python benchmarks/lm_throughput.py --model smollm2-135m --limit 16 --json runs/lm_throughput.json
+
+1. Prefill and decode tokens/s of the model at batch 1, 4 and 8 (512-token HotpotQA prompts, 32 decode steps,
+   the same cache layout the engine uses).
+2. Questions per minute through ``dspy.LM`` (DSPy cache off) at 1 and 8 threads, for
+   - short prompts: one HotpotQA dev paragraph + question, <= 200 input tokens;
+   - DRAG-shaped prompts: ~1,000 tokens of demonstrations shared by every question (from dev questions that
+     are not measured) + ~500 tokens of the question's own paragraphs; <= 32 output tokens.
+
+The data is read straight from ``hotpotqa/dev.jsonl`` (``$RAGSCALE_DATA_DIR`` or ``<repo>/../shared/datasets``).
+Timings on a shared machine are noisy: compare runs taken under the same load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+DEMO_TOKENS, DOC_TOKENS, SHORT_TOKENS, MAX_OUTPUT = 1000, 500, 200, 32
+
+
+def dev_examples() -> list[dict]:
+    root = Path(os.environ.get("RAGSCALE_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets")
+    with (root / "hotpotqa" / "dev.jsonl").open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def clip(engine, text: str, tokens: int) -> str:
+    ids = engine.tokenizer(text, add_special_tokens=False).input_ids
+    return text if len(ids) <= tokens else engine.tokenizer.decode(ids[:tokens])
+
+
+def drag_messages(engine, examples: list[dict], demo_pool: list[dict]) -> list[list[dict]]:
+    demos, used = [], 0
+    for ex in demo_pool:
+        gold = next(p for p in ex["paragraphs"] if p["is_supporting"])
+        demo = f"Document: {gold['title']}: {gold['text']}\nQuestion: {ex['question']}\nAnswer: {ex['answers'][0]}\n"
+        demos.append(demo)
+        used += engine.count_tokens(demo)
+        if used >= DEMO_TOKENS:
+            break
+    system = "Answer the question from the documents in a few words. Examples:\n\n" + "\n".join(demos)
+    out = []
+    for ex in examples:
+        docs = clip(engine, "\n".join(f"{p['title']}: {p['text']}" for p in ex["paragraphs"]), DOC_TOKENS)
+        user = f"Documents:\n{docs}\n\nQuestion: {ex['question']}\nAnswer:"
+        out.append([{"role": "system", "content": system}, {"role": "user", "content": user}])
+    return out
+
+
+def short_messages(engine, examples: list[dict]) -> list[list[dict]]:
+    out = []
+    for ex in examples:
+        gold = next(p for p in ex["paragraphs"] if p["is_supporting"])
+        doc = clip(engine, f"{gold['title']}: {gold['text']}", SHORT_TOKENS - 80)
+        out.append([{"role": "user", "content": f"Document: {doc}\nQuestion: {ex['question']}\nAnswer briefly:"}])
+    return out
+
+
+def model_speed(engine, examples: list[dict], batch: int, length: int = 512, steps: int = 32) -> tuple[float, float]:
+    """(prefill, decode) tokens/s of the bare model on ``batch`` rows of ``length`` tokens."""
+    import torch
+    from transformers import DynamicCache
+
+    text = " ".join(p["text"] for ex in examples for p in ex["paragraphs"])
+    ids = engine.tokenizer(text, add_special_tokens=False).input_ids
+    rows = torch.tensor([ids[i * length : (i + 1) * length] for i in range(batch)], device=engine.model.device)
+    with torch.inference_mode():
+        cache = DynamicCache(config=engine.model.config)
+        start = time.perf_counter()
+        out = engine.model(input_ids=rows, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        prefill = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(steps):
+            out = engine.model(input_ids=out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
+        decode = time.perf_counter() - start
+    return batch * length / prefill, batch * steps / decode
+
+
+def questions_per_minute(lm, prompts: list[list[dict]], threads: int) -> float:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda messages: lm(messages=messages), prompts))
+    return len(prompts) * 60 / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", help="preset, model directory or .gguf file")
+    parser.add_argument("--limit", type=int, default=16, help="questions per questions-per-minute measurement")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+
+    import tempfile
+    import warnings
+
+    for key, value in (("HF_HUB_OFFLINE", "1"), ("LITELLM_LOCAL_MODEL_COST_MAP", "True"), ("TQDM_DISABLE", "1")):
+        os.environ.setdefault(key, value)
+    os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="lm-throughput-dspy-cache-")
+    from ragscale.programs.lm import load_lm
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    examples = dev_examples()
+    lm = load_lm(args.model, cache=False, max_tokens=MAX_OUTPUT)
+    engine = lm.engine
+    measured, demo_pool = examples[: args.limit], examples[-60:]
+    speeds = {b: model_speed(engine, examples, b) for b in (1, 4, 8)}
+    short, drag = short_messages(engine, measured), drag_messages(engine, measured, demo_pool)
+    lm(messages=drag[0])  # warm up, and leave the shared demonstrations in the engine's prefix cache
+    qpm = {
+        name: {t: questions_per_minute(lm, prompts, t) for t in (1, 8)}
+        for name, prompts in (("short", short), ("drag", drag))
+    }
+    result = {
+        "model": args.model,
+        "prefill_tok_s": {str(b): round(s[0], 1) for b, s in speeds.items()},
+        "decode_tok_s": {str(b): round(s[1], 1) for b, s in speeds.items()},
+        "questions_per_minute": {str(t): round(v, 2) for t, v in qpm["drag"].items()},
+        "short_questions_per_minute": {str(t): round(v, 2) for t, v in qpm["short"].items()},
+    }
+    tokens = {
+        name: sum(engine.count_tokens(engine.render_messages(m)) for m in p) / len(p)
+        for name, p in (("short", short), ("drag", drag))
+    }
+    print(f"model {args.model}, {len(measured)} HotpotQA dev questions, max_tokens={MAX_OUTPUT}")
+    print(f"{'batch':>6} {'prefill tok/s':>14} {'decode tok/s':>13}")
+    for b in (1, 4, 8):
+        print(f"{b:>6} {result['prefill_tok_s'][str(b)]:>14} {result['decode_tok_s'][str(b)]:>13}")
+    print(f"{'prompt':>26} {'1 thread q/min':>15} {'8 threads q/min':>16} {'speed-up':>9}")
+    for name, key in (("short", "short_questions_per_minute"), ("drag", "questions_per_minute")):
+        one, eight = result[key]["1"], result[key]["8"]
+        label = f"{name} (~{tokens[name]:.0f} tokens)"
+        print(f"{label:>26} {one:>15} {eight:>16} {eight / one:>8.2f}x")
+    print(f"batches run (size: count): {dict(sorted(engine.batch_sizes.items()))}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main()
