@@ -83,6 +83,14 @@ def model_speed(engine, examples: list[dict], batch: int, length: int = 512, ste
     return batch * length / prefill, batch * steps / decode
 
 
+def without_prefix_cache(lm):
+    """The same model behind a second engine that recomputes every prompt (the baseline of the prefix cache)."""
+    from ragscale.programs.lm.engine import TorchEngine
+
+    engine = TorchEngine(lm.engine.model, lm.engine.tokenizer, name=lm.engine.name, prefix_cache=False)
+    return lm.copy(engine=engine)
+
+
 def questions_per_minute(lm, prompts: list[list[dict]], threads: int) -> float:
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
@@ -95,6 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="smollm2-135m", help="preset, model directory or .gguf file")
     parser.add_argument("--limit", type=int, default=16, help="questions per questions-per-minute measurement")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--torch-threads", type=int, help="torch intra-op threads (1 is faster on a loaded machine)")
+    parser.add_argument("--baseline", action="store_true", help="also time DRAG at 1 thread with no prefix cache")
     args = parser.parse_args(argv)
 
     import tempfile
@@ -106,6 +116,10 @@ def main(argv: list[str] | None = None) -> dict:
     from ragscale.programs.lm import load_lm
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     examples = dev_examples()
     lm = load_lm(args.model, cache=False, max_tokens=MAX_OUTPUT)
     engine = lm.engine
@@ -113,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     speeds = {b: model_speed(engine, examples, b) for b in (1, 4, 8)}
     short, drag = short_messages(engine, measured), drag_messages(engine, measured, demo_pool)
     lm(messages=drag[0])  # warm up, and leave the shared demonstrations in the engine's prefix cache
+    no_prefix = questions_per_minute(without_prefix_cache(lm), drag, 1) if args.baseline else None
     qpm = {
         name: {t: questions_per_minute(lm, prompts, t) for t in (1, 8)}
         for name, prompts in (("short", short), ("drag", drag))
@@ -128,7 +143,12 @@ def main(argv: list[str] | None = None) -> dict:
         name: sum(engine.count_tokens(engine.render_messages(m)) for m in p) / len(p)
         for name, p in (("short", short), ("drag", drag))
     }
-    print(f"model {args.model}, {len(measured)} HotpotQA dev questions, max_tokens={MAX_OUTPUT}")
+    import torch
+
+    print(
+        f"model {args.model}, {len(measured)} HotpotQA dev questions, max_tokens={MAX_OUTPUT}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     print(f"{'batch':>6} {'prefill tok/s':>14} {'decode tok/s':>13}")
     for b in (1, 4, 8):
         print(f"{b:>6} {result['prefill_tok_s'][str(b)]:>14} {result['decode_tok_s'][str(b)]:>13}")
@@ -137,6 +157,9 @@ def main(argv: list[str] | None = None) -> dict:
         one, eight = result[key]["1"], result[key]["8"]
         label = f"{name} (~{tokens[name]:.0f} tokens)"
         print(f"{label:>26} {one:>15} {eight:>16} {eight / one:>8.2f}x")
+    if no_prefix is not None:
+        gain = result["questions_per_minute"]["8"] / no_prefix
+        print(f"{'drag, no prefix cache':>26} {no_prefix:>15.2f} {'(8 threads vs this)':>16} {gain:>8.2f}x")
     print(f"batches run (size: count): {dict(sorted(engine.batch_sizes.items()))}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

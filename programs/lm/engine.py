@@ -287,45 +287,49 @@ class TorchEngine:
             tail = self.tokenizer.decode(job.tokens[-tail_len:], skip_special_tokens=True)
         return any(s and s in tail for s in job.stops)
 
-    def generate(self, jobs: list[_Job]) -> None:
-        """Run ``jobs`` as one batch: shared prefix once, then padded suffixes, then token-by-token decoding."""
+    def _prefill(self, jobs: list[_Job]) -> tuple[Any, Any, Any, Any]:
+        """One forward pass over the batch laid out as shared prefix + left padding + suffix.
+
+        Returns (last logits, KV cache, attention mask, next position ids).
+        """
         import torch
         from transformers import DynamicCache
 
-        device, model = self.model.device, self.model
+        n_prefix, prefix = self._prefix(jobs)
+        self.batch_sizes[len(jobs)] += 1
+        self.prefix_tokens_reused += n_prefix * len(jobs)
+        rows = [j.ids[n_prefix:] for j in jobs]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(jobs), width), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(jobs), n_prefix + width), dtype=torch.long)
+        mask[:, :n_prefix] = 1
+        for i, row in enumerate(rows):
+            ids[i, width - len(row) :] = torch.tensor(row)
+            mask[i, n_prefix + width - len(row) :] = 1
+        ids, mask = ids.to(self.model.device), mask.to(self.model.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, n_prefix:]
+        # a fresh cache per batch: the retained prefix tensors are expanded and concatenated, never written to
+        layers = [(k.expand(len(jobs), -1, -1, -1), v.expand(len(jobs), -1, -1, -1)) for k, v, *_ in prefix or ()]
+        cache = DynamicCache(layers or None, config=self.model.config)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :], cache, mask, positions[:, -1:] + 1
+
+    def generate(self, jobs: list[_Job]) -> None:
+        """Run ``jobs`` as one batch: prefill, then decode token by token; finished rows leave the batch."""
+        import torch
+
         with torch.inference_mode():
-            n_prefix, prefix = self._prefix(jobs)
-            self.batch_sizes[len(jobs)] += 1
-            self.prefix_tokens_reused += n_prefix * len(jobs)
-            rows = [j.ids[n_prefix:] for j in jobs]
-            width = max(len(r) for r in rows)
-            ids = torch.full((len(jobs), width), self._pad, dtype=torch.long)
-            mask = torch.zeros((len(jobs), n_prefix + width), dtype=torch.long)
-            mask[:, :n_prefix] = 1
-            for i, row in enumerate(rows):
-                ids[i, width - len(row) :] = torch.tensor(row)
-                mask[i, n_prefix + width - len(row) :] = 1
-            ids, mask = ids.to(device), mask.to(device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, n_prefix:]
-            if prefix is None:
-                cache = DynamicCache(config=model.config)
-            else:  # a fresh cache per batch: the retained prefix tensors are never written to
-                cache = DynamicCache(
-                    [(k.expand(len(jobs), -1, -1, -1), v.expand(len(jobs), -1, -1, -1)) for k, v, *_ in prefix],
-                    config=model.config,
-                )
-            out = model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            logits, cache, mask, next_pos = self._prefill(jobs)
             live = list(range(len(jobs)))
-            next_pos = positions[:, -1:] + 1
             for _ in range(max(j.max_new for j in jobs)):
-                picked = self._pick(out.logits[:, -1, :], [jobs[i] for i in live])
+                picked = self._pick(logits, [jobs[i] for i in live])
                 keep = []
                 for row, (i, token) in enumerate(zip(live, picked, strict=True)):
                     job = jobs[i]
@@ -341,14 +345,13 @@ class TorchEngine:
                 if not keep:
                     break
                 if len(keep) < len(live):
-                    index = torch.tensor(keep, device=device)
+                    index = torch.tensor(keep, device=mask.device)
                     cache.batch_select_indices(index)
                     mask, next_pos = mask[index], next_pos[index]
-                    picked = [picked[r] for r in keep]
-                    live = [live[r] for r in keep]
+                    picked, live = [picked[r] for r in keep], [live[r] for r in keep]
                 mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
-                feed = torch.tensor(picked, device=device)[:, None]
-                out = model(
+                feed = torch.tensor(picked, device=mask.device)[:, None]
+                out = self.model(
                     input_ids=feed,
                     attention_mask=mask,
                     position_ids=next_pos,
@@ -356,4 +359,4 @@ class TorchEngine:
                     use_cache=True,
                     logits_to_keep=1,
                 )
-                next_pos = next_pos + 1
+                logits, next_pos = out.logits[:, -1, :], next_pos + 1
