@@ -107,6 +107,9 @@ class DenseRetriever:
         ``progress(done, total)`` is called after each batch (the runner may draw a bar with it).
         """
         missing = self.missing_ids()
+        # Shortest first: each embedding batch then holds passages of similar length (little padding), as in
+        # one embed() call over the whole corpus; the order passages are added in does not matter to chromadb.
+        missing.sort(key=lambda i: len(self.by_id[i].title) + len(self.by_id[i].text))
         total = len(missing)
         if total:
             logger.info("indexing %d of %d passages into %s", total, len(self.passages), self.collection_name)
