@@ -1,0 +1,684 @@
+"""A DSPy adapter that tiny local models can follow: one output field at a time, typed coercion, loud failures.
+
+DSPy's `ChatAdapter` asks the model to write every output field between `[[ ## name ## ]]` markers in one reply.
+A 135M model cannot: it answers with code fences or echoes a marker, and ChatAdapter then silently retries
+through `JSONAdapter`, whose repair step turns junk into "parsed" strings. `FieldAdapter` instead writes the
+prompt as a plain conversation and generates ONE output field per LM call:
+
+    system     the signature's instructions, then one line per input and output field
+    user       one few-shot demo's inputs          (demos: rendered exactly like the real turn)
+    assistant  "answer: Paris"
+    user       the real inputs                     ("question: ...", lists as "[1] ..." lines)
+    assistant  "answer:"                           <- pre-filled header; the model continues it
+
+After a field is generated, its text and the next field's header are appended to the assistant turn and the LM
+is called again, so the model always sees exactly the format of the demos. Each call stops at a newline (short
+fields) or at a blank line / the next header (long fields and lists), with a per-field token budget.
+
+Continuation protocol (local engine, `ragscale.programs.lm`): the LAST message is
+`{"role": "assistant", "content": "<fields so far + next header>"}`; the engine renders the earlier messages with
+the generation prompt, appends that prefix verbatim and continues it without closing the turn.
+
+Server LMs (a LiteLLM model string such as `openai/<model>` with an `api_base`) may not continue a trailing
+assistant message. With `continuation="auto"` (the default) they get the portable form instead: the fields
+generated so far are shown in the user turn and the user turn ends with "Reply with the <field> only."; the
+reply is parsed the same way. `continuation="prefill"` forces the trailing assistant message (for a server,
+it also sends vLLM's `continue_final_message=True, add_generation_prompt=False` in `extra_body`);
+`continuation="user"` forces the portable form for every LM.
+
+Every output is coerced to the field's type: `str` (stripped, cut at end markers and stray headers), `bool`
+(first word yes/no/true/false), `Literal[...]` (exact, prefix, contained, then closest by difflib), `list[str]`
+(lines, bullets or numbering), `int`/`float` (first number). A value that cannot be coerced -- including an empty
+or pure-template-junk string -- raises `FieldParseError`, naming the signature, the field and the raw text. There
+is no fallback to another adapter: an evaluation records the question as failed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import json
+import logging
+import re
+import textwrap
+import types
+from collections.abc import Generator
+from typing import Any, Literal, Union, get_args, get_origin
+
+import dspy
+from dspy.adapters.types.reasoning import Reasoning
+from dspy.adapters.utils import format_field_value
+from dspy.clients._deprecation import adapter_message_call
+from dspy.signatures.signature import Signature
+from dspy.utils.exceptions import AdapterParseError
+
+logger = logging.getLogger(__name__)
+
+#: Text small models emit to close a reply or open a new one; a value is cut before any of these.
+END_MARKERS: tuple[str, ...] = (
+    "[[",
+    "```",
+    "<|im_end|>",
+    "<|im_start|>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eot_id|>",
+    "<end_of_turn>",
+)
+
+#: Field names (or words in their description) that mark a free-text field that may run for several sentences.
+LONG_TEXT_HINTS: tuple[str, ...] = (
+    "reasoning",
+    "rationale",
+    "passage",
+    "paragraph",
+    "sentences",
+    "explanation",
+    "summary",
+    "instruction",
+    "proposed",
+    "description",
+)
+
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_LIST_ITEM = re.compile(r"^\s*(?:\[\d+\]|\(?\d+[.)]|[-*\u2022+])\s+")
+_WORD = re.compile(r"[a-z]+")
+_TRUE_WORDS = frozenset({"yes", "true", "y", "correct", "1"})
+_FALSE_WORDS = frozenset({"no", "false", "n", "incorrect", "none", "0"})
+
+
+class FieldParseError(AdapterParseError):
+    """An output field whose generated text could not be coerced to the field's type.
+
+    Attributes:
+        signature_name: the signature's class name.
+        field: the output field's name.
+        raw: the text the model generated for that field (after the pre-filled header).
+        reason: why it was rejected.
+    """
+
+    def __init__(self, signature: type[Signature], field: str, raw: str, reason: str) -> None:
+        self.signature_name = getattr(signature, "__name__", str(signature))
+        self.field = field
+        self.raw = raw
+        self.reason = reason
+        super().__init__(
+            adapter_name="FieldAdapter",
+            signature=signature,
+            lm_response=raw,
+            message=f"{self.signature_name}.{field}: {reason}; generated text: {raw!r}",
+        )
+
+
+class FieldAdapter(dspy.Adapter):
+    """Generate and coerce one output field at a time, with the field's header pre-filled in the assistant turn.
+
+    Args:
+        continuation: "auto" (pre-fill for an LM with a custom engine, user-turn request for a LiteLLM server
+            model), "prefill" or "user"; see the module docstring.
+        short_max_tokens: budget for a one-line `str` field (answers, questions).
+        long_max_tokens: budget for a long text or list field (reasoning, passages, lists); capped by the
+            call's own `max_tokens` when one is set.
+        callbacks: DSPy adapter callbacks.
+    """
+
+    def __init__(
+        self,
+        continuation: Literal["auto", "prefill", "user"] = "auto",
+        *,
+        short_max_tokens: int = 48,
+        long_max_tokens: int = 256,
+        callbacks: list | None = None,
+    ) -> None:
+        if continuation not in ("auto", "prefill", "user"):
+            raise ValueError(f"continuation={continuation!r}; valid: 'auto', 'prefill', 'user'")
+        super().__init__(callbacks=callbacks)
+        self.continuation = continuation
+        self.short_max_tokens = short_max_tokens
+        self.long_max_tokens = long_max_tokens
+
+    # ----------------------------------------------------------------------------------------------- the call
+
+    def __call__(
+        self,
+        lm: dspy.BaseLM,
+        lm_kwargs: dict[str, Any],
+        signature: type[Signature],
+        demos: list[dict[str, Any]],
+        inputs: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        results = []
+        for plan in self._plans(lm, lm_kwargs, signature, demos, inputs):
+            try:
+                messages, kwargs = next(plan)
+                while True:
+                    with adapter_message_call(lm, messages):
+                        text = _text_of(lm(messages=messages, **kwargs))
+                    messages, kwargs = plan.send(text)
+            except StopIteration as done:
+                results.append(done.value)
+        return results
+
+    async def acall(
+        self,
+        lm: dspy.BaseLM,
+        lm_kwargs: dict[str, Any],
+        signature: type[Signature],
+        demos: list[dict[str, Any]],
+        inputs: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        results = []
+        for plan in self._plans(lm, lm_kwargs, signature, demos, inputs):
+            try:
+                messages, kwargs = next(plan)
+                while True:
+                    with adapter_message_call(lm, messages):
+                        text = _text_of(await lm.acall(messages=messages, **kwargs))
+                    messages, kwargs = plan.send(text)
+            except StopIteration as done:
+                results.append(done.value)
+        return results
+
+    def _plans(self, lm, lm_kwargs, signature, demos, inputs) -> list[Generator]:
+        """One field-by-field generation plan per requested completion (`n`)."""
+        lm_kwargs = dict(lm_kwargs)
+        n = int(lm_kwargs.pop("n", None) or lm_kwargs.pop("num_generations", None) or 1)
+        base = self.format(signature, demos, inputs)
+        plans = []
+        for i in range(n):
+            kwargs = dict(lm_kwargs)
+            if n > 1:
+                kwargs["rollout_id"] = (kwargs.get("rollout_id") or 0) * n + i
+            plans.append(self._plan(lm, kwargs, signature, base))
+        return plans
+
+    def _plan(self, lm, kwargs, signature, base) -> Generator[tuple[list, dict], str, dict[str, Any]]:
+        """Yield (messages, lm kwargs) per LM call, receive the generated text, return the typed outputs."""
+        outputs: dict[str, Any] = {}
+        prefix = ""
+        for name, field in signature.output_fields.items():
+            raw = yield self._field_request(lm, kwargs, signature, base, prefix, name)
+            if not raw.strip() and not self.is_long(name, field):
+                # The model opened the value with a newline and hit the one-line stop: let it write one line.
+                raw = yield self._field_request(lm, kwargs, signature, base, prefix, name, multiline=True)
+                raw = next((line for line in raw.splitlines() if line.strip()), "")
+            try:
+                value = coerce_field(signature, name, raw)
+            except FieldParseError:
+                # One more try with the request reworded: a closed choice names its options in the pre-filled
+                # header; a text field is asked for without its description (which small models copy).
+                hinted = self.hinted_header(name, field)
+                plain = None if hinted else f"Reply with {name}."
+                raw = yield self._field_request(lm, kwargs, signature, base, prefix, name, header=hinted, ask=plain)
+                value = coerce_field(signature, name, raw)
+            outputs[name] = value
+            rendered = self.format_field_value(field, value)
+            prefix += f"{self.header(name, field)}{_sep(rendered)}{rendered}\n"
+        return outputs
+
+    def _field_request(
+        self,
+        lm,
+        kwargs,
+        signature,
+        base,
+        prefix: str,
+        name: str,
+        multiline: bool = False,
+        header: str | None = None,
+        ask: str | None = None,
+    ):
+        field = signature.output_fields[name]
+        names = list(signature.output_fields)
+        later = names[names.index(name) + 1 :]
+        long = self.is_long(name, field)
+        stops = ["\n\n"] if long or multiline else ["\n"]
+        stops += [f"\n{self.header(n, signature.output_fields[n])}" for n in later]
+        stops += [m for m in END_MARKERS if m not in stops]
+        budget = self.long_max_tokens if long else self.max_tokens_for(field)
+        if kwargs.get("max_tokens"):
+            budget = min(budget, int(kwargs["max_tokens"]))
+        call_kwargs = {k: v for k, v in kwargs.items() if k not in ("max_tokens", "max_completion_tokens", "stop")}
+        extra_stops = kwargs.get("stop") or []
+        call_kwargs["stop"] = [*stops, *([extra_stops] if isinstance(extra_stops, str) else extra_stops)]
+        call_kwargs["max_tokens"] = budget
+        messages = [dict(m) for m in base]
+        prefill = self._prefill(lm)
+        first = next(iter(signature.output_fields))
+        if name != first or ask or (prefix and not prefill):
+            asked = self.output_request(signature, first)
+            content = messages[-1]["content"]
+            if content.endswith(asked):
+                done = "" if prefill or not prefix else f"So far:\n{prefix.rstrip()}\n\n"
+                request = ask or self.output_request(signature, name)
+                messages[-1]["content"] = f"{content[: -len(asked)]}{done}{request}"
+        header = header or self.header(name, field)
+        if prefill:
+            messages.append({"role": "assistant", "content": f"{prefix}{header}"})
+            if _is_server(lm):
+                extra = dict(call_kwargs.get("extra_body") or {})
+                extra.setdefault("continue_final_message", True)
+                extra.setdefault("add_generation_prompt", False)
+                call_kwargs["extra_body"] = extra
+        return messages, call_kwargs
+
+    def _prefill(self, lm) -> bool:
+        if self.continuation == "auto":
+            return not _is_server(lm)
+        return self.continuation == "prefill"
+
+    # ------------------------------------------------------------------------------------------ rendering
+
+    def header(self, name: str, field=None) -> str:
+        """The header that opens a field's value: the field name and a colon; "(yes or no)" for a bool output.
+
+        Measured on SmolLM2-135M: the yes/no hint in the pre-filled header is what makes it answer a bool field
+        (instead of continuing the inputs); naming the options of a Literal in the header made it worse.
+        """
+        if field is not None and _unwrap_optional(field.annotation) is bool:
+            return f"{name} (yes or no):"
+        return f"{name}:"
+
+    def hinted_header(self, name: str, field) -> str | None:
+        """The header of the one retry a closed-choice field gets when its first reply names no option."""
+        annotation = _unwrap_optional(field.annotation)
+        choices = _literal_choices(annotation) or ([m.value for m in annotation] if _is_enum(annotation) else None)
+        if choices:
+            return f"{name} ({_or(choices)}):"
+        if annotation is bool:
+            return f"{name} (answer yes or no):"
+        return None
+
+    def is_long(self, name: str, field) -> bool:
+        """Whether a field may run over several lines: lists, reasoning, passages (by name or description)."""
+        annotation = field.annotation
+        if annotation is Reasoning or _is_list(annotation):
+            return True
+        if annotation is not str:
+            return False
+        desc = (field.json_schema_extra or {}).get("desc", "") or ""
+        words = f"{name} {desc}".lower()
+        return any(hint in words for hint in LONG_TEXT_HINTS)
+
+    def max_tokens_for(self, field) -> int:
+        annotation = field.annotation
+        if annotation is bool or _literal_choices(annotation) or _is_enum(annotation):
+            return 8
+        if annotation in (int, float):
+            return 12
+        return self.short_max_tokens
+
+    def format(
+        self, signature: type[Signature], demos: list[dict[str, Any]], inputs: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """System message, demo turns and the user turn; the caller adds the pre-filled assistant header."""
+        messages = [{"role": "system", "content": self.format_system_message(signature)}]
+        messages.extend(self.format_demos(signature, demos))
+        messages.append({"role": "user", "content": self.format_user_message_content(signature, inputs)})
+        return messages
+
+    def format_system_message(self, signature: type[Signature]) -> str:
+        return self.format_task_description(signature)
+
+    def format_task_description(self, signature: type[Signature]) -> str:
+        return textwrap.dedent(signature.instructions).strip()
+
+    def format_field_description(self, signature: type[Signature]) -> str:
+        lines = ["You get:"]
+        lines += [f"- {self.header(k)} {_describe(k, v)}" for k, v in signature.input_fields.items()]
+        lines.append("You reply with:")
+        lines += [f"- {self.header(k)} {_describe(k, v, output=True)}" for k, v in signature.output_fields.items()]
+        return "\n".join(lines)
+
+    def format_field_structure(self, signature: type[Signature]) -> str:
+        return "\n".join(f"{self.header(k, v)} ..." for k, v in signature.output_fields.items())
+
+    def format_user_message_content(
+        self,
+        signature: type[Signature],
+        inputs: dict[str, Any],
+        prefix: str = "",
+        suffix: str = "",
+        main_request: bool = False,
+    ) -> str:
+        parts = [prefix] if prefix else []
+        # Lists (documents, earlier steps) first, short fields such as the question last, next to the reply.
+        ordered = sorted(signature.input_fields.items(), key=lambda item: not _is_list(item[1].annotation))
+        for name, field in ordered:
+            if name in inputs:
+                value = self.format_field_value(field, inputs[name])
+                parts.append(f"{self.header(name)}{_sep(value)}{value}")
+        parts.append(self.output_request(signature))
+        if suffix:
+            parts.append(suffix)
+        return "\n\n".join(parts)
+
+    def output_request(self, signature: type[Signature], name: str | None = None) -> str:
+        """The closing line of a user turn: what to write for one output field (the first by default).
+
+        Each LM call asks for the one field it generates; asking for all of them at once made SmolLM2 copy the
+        later fields' descriptions as values.
+        """
+        name = name or next(iter(signature.output_fields))
+        return f"Reply with {_describe(name, signature.output_fields[name], output=True)}."
+
+    def format_assistant_message_content(
+        self,
+        signature: type[Signature],
+        outputs: dict[str, Any],
+        missing_field_message: str | None = None,
+    ) -> str:
+        lines = []
+        for name, field in signature.output_fields.items():
+            if outputs.get(name) is None:
+                break  # a demo's fields are shown in generation order; stop at the first one it lacks
+            value = self.format_field_value(field, outputs[name])
+            lines.append(f"{self.header(name, field)}{_sep(value)}{value}")
+        return "\n".join(lines)
+
+    def format_demos(self, signature: type[Signature], demos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        messages = []
+        for demo in demos:
+            if not any(k in demo for k in signature.input_fields):
+                continue
+            answer = self.format_assistant_message_content(signature, demo)
+            if not answer:
+                continue
+            messages.append({"role": "user", "content": self.format_user_message_content(signature, demo)})
+            messages.append({"role": "assistant", "content": answer})
+        return messages
+
+    def format_field_value(self, field, value: Any) -> str:
+        """Render a value: lists as numbered lines "[1] ...", bools as yes/no, the rest as text."""
+        if isinstance(value, Reasoning):
+            value = value.content
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if isinstance(value, enum.Enum):
+            return str(value.value)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+            if not value:
+                return "(none)"
+            return "\n".join(f"[{i}] {_one_line(str(v))}" for i, v in enumerate(value, 1))
+        if isinstance(value, str):
+            return value.strip()
+        return str(format_field_value(field_info=field, value=value))
+
+    def parse(self, signature: type[Signature], completion: str) -> dict[str, Any]:
+        """Parse a whole assistant turn "name: value" per field (as the demos show) into typed values."""
+        names = list(signature.output_fields)
+        headers = {self.header(n, f): n for n, f in signature.output_fields.items()}
+        pattern = re.compile(r"^(" + "|".join(re.escape(h) for h in headers) + r")", re.MULTILINE)
+        pieces = pattern.split(completion)
+        found: dict[str, str] = {}
+        for i in range(1, len(pieces) - 1, 2):
+            found.setdefault(headers[pieces[i]], pieces[i + 1])
+        outputs = {}
+        for name in names:
+            if name not in found:
+                raise FieldParseError(signature, name, completion, "the field's header is missing")
+            outputs[name] = coerce_field(signature, name, found[name])
+        return outputs
+
+
+# ------------------------------------------------------------------------------------------------- coercion
+
+
+def coerce_field(signature: type[Signature], name: str, raw: str) -> Any:
+    """Coerce the text generated for output field `name` to its annotated type, or raise FieldParseError."""
+    field = signature.output_fields[name]
+    annotation = _unwrap_optional(field.annotation)
+    headers = [*signature.input_fields, *signature.output_fields]
+    text = clean_text(raw, headers)
+    try:
+        if annotation is Reasoning:
+            return Reasoning(content=_require_text(text, raw, optional=False))
+        if annotation is str:
+            optional = _may_be_empty(field)
+            if optional and _norm(text).strip("()") in _NOTHING:
+                return ""
+            junk = _template_junk(signature, text)
+            if junk:
+                raise ValueError(f"copied the prompt's template ({junk!r}) instead of a value")
+            return _require_text(text, raw, optional=optional)
+        if annotation is bool:
+            return coerce_bool(text)
+        choices = _literal_choices(annotation)
+        if choices:
+            return coerce_choice(text, choices)
+        if _is_enum(annotation):
+            value = coerce_choice(text, [str(m.value) for m in annotation])
+            return next(m for m in annotation if str(m.value) == value)
+        if annotation is int:
+            return round(coerce_number(text))
+        if annotation is float:
+            return coerce_number(text)
+        if _is_list(annotation):
+            item_type = (get_args(annotation) or (str,))[0]
+            items = coerce_list(raw, headers)
+            if item_type in (int, float):
+                return [item_type(coerce_number(i)) for i in items]
+            return items
+        return _coerce_json(text, annotation)
+    except ValueError as e:
+        raise FieldParseError(signature, name, raw, str(e)) from None
+
+
+def clean_text(raw: str, headers: list[str] | tuple[str, ...] = ()) -> str:
+    """Strip a value, cut it at end markers and at a line that opens another field, drop a repeated header."""
+    text = raw or ""
+    for marker in END_MARKERS:
+        if marker in text:
+            text = text[: text.index(marker)]
+    if headers:
+        names = "|".join(re.escape(h) for h in headers)
+        stray = re.search(rf"\n\s*(?:{names})\s*:", text)
+        if stray:
+            text = text[: stray.start()]
+        text = re.sub(rf"^\s*(?:{names})\s*(?:\([^)\n]*\))?\s*:", "", text)
+    text = text.strip()
+    text = re.sub(r"^\*\*(.*)\*\*$", r"\1", text).strip()
+    text = re.sub(r"^\[\d+\]\s+", "", text)  # a numbered-list marker copied from the inputs' rendering
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
+        text = text[1:-1].strip()
+    return text
+
+
+def coerce_bool(text: str) -> bool:
+    """yes/no/true/false by the first word."""
+    words = _WORD.findall(text.lower())
+    if words and words[0] in _TRUE_WORDS:
+        return True
+    if words and words[0] in _FALSE_WORDS:
+        return False
+    raise ValueError("expected yes or no")
+
+
+def coerce_choice(text: str, choices: list[str] | tuple[str, ...]) -> str:
+    """The choice the text names: exact, then prefix, then contained, then the closest by difflib."""
+    options = [str(c) for c in choices]
+    lowered = {o.lower(): o for o in options}
+    value = text.strip().strip(".,;:!\"'*`").strip().lower()
+    if not value:
+        raise ValueError(f"empty; expected one of {options}")
+    if value in lowered:
+        return lowered[value]
+    first = value.split()[0].strip(".,;:!\"'*`")
+    if first in lowered:
+        return lowered[first]
+    starts = [o for low, o in lowered.items() if low.startswith(value) or value.startswith(low)]
+    if len(starts) == 1:
+        return starts[0]
+    if starts:  # the longest option the text starts with: "irrelevant" over "relevant"
+        return max(starts, key=len)
+    contained = [(value.find(low), -len(low), o) for low, o in lowered.items() if low in value]
+    if contained:
+        return min(contained)[2]
+    close = difflib.get_close_matches(first, list(lowered), n=1, cutoff=0.6) or difflib.get_close_matches(
+        value, list(lowered), n=1, cutoff=0.6
+    )
+    if close:
+        return lowered[close[0]]
+    raise ValueError(f"expected one of {options}")
+
+
+def coerce_number(text: str) -> float:
+    match = _NUMBER.search(text)
+    if not match:
+        raise ValueError("expected a number")
+    return float(match.group(0).replace(",", ""))
+
+
+def coerce_list(raw: str, headers: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Items from a JSON list, or from lines that are bullets or numbered; otherwise one item per line."""
+    text = clean_text(raw, headers)
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+            if isinstance(parsed, list):
+                return [str(x).strip() for x in parsed if str(x).strip()]
+        except json.JSONDecodeError:
+            pass
+    if text.strip().lower() in ("(none)", "none", "[]"):
+        return []
+    lines = [line for line in text.splitlines() if line.strip()]
+    items = [_LIST_ITEM.sub("", line).strip() for line in lines]
+    items = [i for i in items if i]
+    if not items:
+        raise ValueError("expected a list: lines, bullets or numbered items")
+    return items
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+
+
+_NOTHING = frozenset({"no", "none", "n/a", "na", "nothing", "empty", "(empty)", "(none)", "-"})
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w/()-]+", " ", text.lower()).split())
+
+
+def _template_junk(signature: type[Signature], text: str) -> str | None:
+    """The piece of the prompt template a value copies (a field description, a type hint), if it copies one."""
+    value = _norm(text)
+    if not value:
+        return None
+    if re.fullmatch(r"\(.*\)", value):  # "(yes)", "(no)": a type hint such as "(yes or no)" copied
+        return text
+    for name, field in signature.fields.items():
+        desc = _norm((field.json_schema_extra or {}).get("desc", "") or "")
+        if len(desc) >= 8 and (value.startswith(desc) or (len(value) >= 8 and desc.startswith(value))):
+            return desc
+        if re.search(rf"\bthen {re.escape(name)}\b", text):
+            return f"then {name}"
+    return None
+
+
+def _require_text(text: str, raw: str, *, optional: bool) -> str:
+    if re.search(r"\w", text):
+        return text
+    if optional and not text:
+        return ""
+    raise ValueError("empty or only template markup")
+
+
+def _may_be_empty(field) -> bool:
+    """A str field may be empty when declared optional or when its description says it may be empty."""
+    if not field.is_required() or _allows_none(field.annotation):
+        return True
+    desc = (field.json_schema_extra or {}).get("desc", "") or ""
+    return "empty" in desc.lower()
+
+
+def _allows_none(annotation) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+
+
+def _unwrap_optional(annotation):
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _literal_choices(annotation) -> tuple | None:
+    return get_args(annotation) if get_origin(annotation) is Literal else None
+
+
+def _is_enum(annotation) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, enum.Enum)
+
+
+def _is_list(annotation) -> bool:
+    return annotation is list or get_origin(annotation) in (list, tuple)
+
+
+def _coerce_json(text: str, annotation):
+    import pydantic
+
+    try:
+        return pydantic.TypeAdapter(annotation).validate_json(text)
+    except pydantic.ValidationError:
+        try:
+            return pydantic.TypeAdapter(annotation).validate_python(text)
+        except pydantic.ValidationError as e:
+            raise ValueError(f"not a valid {annotation}: {e.errors()[0]['msg']}") from None
+
+
+def _describe(name: str, field, output: bool = False) -> str:
+    desc = (field.json_schema_extra or {}).get("desc", "") or ""
+    if desc.startswith("${"):  # DSPy's placeholder description, e.g. ChainOfThought's "${reasoning}"
+        desc = ""
+    annotation = _unwrap_optional(field.annotation)
+    kind = ""
+    if output:
+        choices = _literal_choices(annotation)
+        if annotation is bool:
+            kind = "yes or no"
+        elif choices:
+            kind = _or(choices)
+        elif _is_enum(annotation):
+            kind = _or([m.value for m in annotation])
+        elif _is_list(annotation):
+            kind = "a list, one item per line"
+        elif annotation in (int, float):
+            kind = "a number"
+    elif _is_list(annotation):
+        kind = "numbered lines"
+    label = name.replace("_", " ")
+    if output:
+        return name + (f" ({kind})" if kind else "") + (f": {desc}" if desc else "")
+    return "; ".join(x for x in (desc or label, kind) if x)
+
+
+def _or(choices) -> str:
+    words = [str(c) for c in choices]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _sep(value: str) -> str:
+    """Separator between a header and its value: a newline before numbered lines, else a space."""
+    return "\n" if "\n" in value or value.startswith("[1] ") else " "
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _is_server(lm) -> bool:
+    """True for a LiteLLM-backed model (an OpenAI-compatible server), False for an LM with a custom engine."""
+    spec = getattr(lm, "_engine_spec", None)
+    if spec is None:
+        return bool(getattr(lm, "kwargs", {}).get("api_base")) or "/" in str(getattr(lm, "model", ""))
+    return isinstance(spec, str)
+
+
+def _text_of(outputs) -> str:
+    if not outputs:
+        return ""
+    first = outputs[0]
+    if isinstance(first, dict):
+        return first.get("text") or ""
+    return str(first)
