@@ -1,0 +1,76 @@
+"""Reranking: an LM relevance grader over a first-stage ranking, then a token-budget cut.
+
+No cross-encoder ships its weights in a PyPI package (STACK-NOTES; ``flashrank`` 0.2.10 downloads its model
+at run time), so the reranker is the LM itself: ``Predict(Grade)`` judges each of the first ``depth``
+candidates (relevant / ambiguous / irrelevant, as in CRAG and Self-RAG) and the candidates are reordered by
+grade, ties kept in first-stage order. The grader is a DSPy predictor, so a program holding a ``Reranker`` as
+its retriever compiles it too (``program.retriever.grade``). After reranking, ``k`` passages are kept and, when
+``budget`` is set, cut to the passages that fit in ``budget`` tokens (``trim_to_budget``).
+
+A ``Reranker`` is itself a retriever (``reranker(query, k) -> list[Passage]``, most relevant first). Grades are
+requested in ``threads`` threads so a batching local engine can answer them together; a grade that cannot be
+parsed counts as "ambiguous" (logged), so one bad reply does not lose the question.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import dspy
+
+from ragscale.programs.retrieval.passage import Passage, Retriever, format_passage, trim_to_budget
+from ragscale.signatures import Grade
+
+logger = logging.getLogger(__name__)
+
+GRADE_ORDER = {"relevant": 0, "ambiguous": 1, "irrelevant": 2}
+
+
+class Reranker(dspy.Module):
+    """retrieve(query, depth) -> grade each -> order by grade -> top k -> cut to ``budget`` tokens."""
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        *,
+        depth: int = 10,
+        budget: int | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+        threads: int = 4,
+    ):
+        super().__init__()
+        if budget is not None and count_tokens is None:
+            raise ValueError("a token budget needs count_tokens (e.g. functools.partial(count_tokens, lm))")
+        self.retriever, self.depth, self.budget, self.threads = retriever, depth, budget, threads
+        self.count_tokens = count_tokens
+        self.grade = dspy.Predict(Grade)
+
+    def _grade(self, query: str, passage: Passage) -> str:
+        try:
+            return str(self.grade(question=query, document=format_passage(passage)).grade)
+        except (ValueError, RuntimeError) as error:  # AdapterParseError is a ValueError
+            logger.warning("could not grade passage %s: %s", passage.id, error)
+            return "ambiguous"
+
+    def forward(self, query: str, k: int) -> list[Passage]:
+        if k <= 0:
+            return []
+        candidates = self.retriever(query, max(k, self.depth))
+        if self.threads > 1 and len(candidates) > 1:
+            with ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="ragscale-rerank") as pool:
+                futures = [pool.submit(contextvars.copy_context().run, self._grade, query, p) for p in candidates]
+                grades = [future.result() for future in futures]
+        else:
+            grades = [self._grade(query, p) for p in candidates]
+        order = sorted(range(len(candidates)), key=lambda i: (GRADE_ORDER.get(grades[i], 1), i))
+        ranked = [replace(candidates[i], score=float(-GRADE_ORDER.get(grades[i], 1))) for i in order][:k]
+        if self.budget is not None:
+            ranked = trim_to_budget(ranked, self.budget, self.count_tokens)
+        return ranked
+
+    def __repr__(self) -> str:
+        return f"Reranker({self.retriever!r}, depth={self.depth}, budget={self.budget})"
