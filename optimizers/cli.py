@@ -155,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(subparsers)
     _add_compare(subparsers)
+    from ragscale.optimizers.documents import _add_ask, _add_ingest
+
+    _add_ingest(subparsers)
+    _add_ask(subparsers)
     return parser
 
 
