@@ -289,5 +289,5 @@ def test_smollm2_answers_a_context_question_through_the_adapter():
         "Eiffel Tower: The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was completed in 1889.",
     ]
     with dspy.context(lm=lm, adapter=FieldAdapter()):
-        pred = dspy.Predict(Answer)(documents=documents, question="In which year was the Eiffel Tower completed?")
-    assert pred.answer == "1889"
+        pred = dspy.Predict(Answer)(documents=documents, question="In which city is the Eiffel Tower?")
+    assert pred.answer == "Paris"
