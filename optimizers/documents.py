@@ -156,7 +156,8 @@ def contextualize_chunks(
     report: IngestReport | None = None,
 ) -> list[str]:
     """A context for each chunk of ONE document (its chunks, in order), from `cache` or from the LM configured in
-    `dspy.settings`; new contexts are added to `cache`. Runs `threads` LM calls at a time."""
+    `dspy.settings`; new contexts are added to `cache`. Runs `threads` LM calls at a time. A reply that cannot be
+    parsed gives an empty context (cached too: decoding is greedy, so asking again gives the same reply)."""
     from ragscale.programs.contextualize import Contextualize
 
     document = "\n\n".join(c["text"] for c in chunks)
@@ -165,7 +166,13 @@ def contextualize_chunks(
     program = Contextualize(max_document_chars=max_document_chars)
 
     def one(i: int) -> str:
-        return program(document=document, chunk=chunks[i]["text"]).context
+        from dspy.utils.exceptions import AdapterParseError
+
+        try:
+            return program(document=document, chunk=chunks[i]["text"]).context
+        except AdapterParseError as error:  # a small model may reply with nothing usable: index the chunk as is
+            log.warning("no context for chunk %s of %s: %s", chunks[i].get("id", i), chunks[i].get("document"), error)
+            return ""
 
     if todo:
         with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="ragscale-context") as pool:

@@ -4,7 +4,8 @@ Anthropic, "Introducing Contextual Retrieval" (2024): each chunk is given 50-100
 an LM that sees the whole document, and the contextualised chunk is indexed by both BM25 and the embedder,
 which cuts failed retrievals. In DSPy: one ``Predict(Situate)`` per chunk. When the document is longer than
 ``max_document_chars`` the model sees a window of it centred on the chunk (the chunk's position is found in
-the document text; when it is not found, the start of the document), so a small model's context suffices.
+the document text; when it is not found, the start of the document), so a small model's context suffices;
+the context is capped at ``max_tokens`` (80: Anthropic's 50-100 tokens).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ def document_window(document: str, chunk: str, max_chars: int) -> str:
 class Contextualize(dspy.Module):
     """situate(document window, chunk) -> a 1-2 sentence context for the chunk."""
 
-    def __init__(self, max_document_chars: int = 6000):
+    def __init__(self, max_document_chars: int = 6000, max_tokens: int = 80):
         super().__init__()
         self.max_document_chars = max_document_chars
-        self.situate = dspy.Predict(Situate)
+        self.situate = dspy.Predict(Situate, max_tokens=max_tokens)
 
     def forward(self, document: str, chunk: str) -> dspy.Prediction:
         window = document_window(document, chunk, self.max_document_chars)

@@ -10,4 +10,4 @@ class Situate(dspy.Signature):
 
     document: str = dspy.InputField(desc="the whole document, or the part of it around the chunk")
     chunk: str = dspy.InputField(desc="a piece of the document: text, a markdown table or a picture description")
-    context: str = dspy.OutputField(desc="one short line")
+    context: str = dspy.OutputField(desc="one or two sentences")

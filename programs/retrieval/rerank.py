@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 
 from ragscale.programs.retrieval.passage import Passage, Retriever, format_passage, trim_to_budget
 from ragscale.signatures import Grade
@@ -52,7 +53,7 @@ class Reranker(dspy.Module):
     def _grade(self, query: str, passage: Passage) -> str:
         try:
             return str(self.grade(question=query, document=format_passage(passage)).grade)
-        except (ValueError, RuntimeError) as error:  # AdapterParseError is a ValueError
+        except AdapterParseError as error:
             logger.warning("could not grade passage %s: %s", passage.id, error)
             return "ambiguous"
 
