@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_ingest(subparsers)
     _add_ask(subparsers)
+    from ragscale.optimizers.sweep import add_allocate_parser as _add_allocate
+    from ragscale.optimizers.sweep import add_sweep_parser as _add_sweep
+
+    _add_sweep(subparsers)
+    _add_allocate(subparsers)
     return parser
 
 
