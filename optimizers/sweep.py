@@ -6,7 +6,7 @@ IterDRAG only; single-step methods have n = 0), plus two baselines for the alloc
 
 1. **Estimate.** Each configuration's effective context (all input tokens of all LM calls for one question) is
    estimated before anything runs, by rendering its calls through the real adapter and the LM's chat template and
-   counting them with the LM's tokenizer (`count_tokens`), on a sample of the run's real questions with the
+   counting them with the LM's tokenizer (`count_tokens`), on the run's first 20 real questions with the
    documents the sweep's retriever finds for them, and the labeled demonstrations the teleprompter would pick
    (`labeled_fields`: the same train questions, with their retrieved documents) for the shots. IterDRAG is estimated at
    its maximum: every iteration used (two Decompose calls, one AnswerSub), then Synthesize over k * (n + 1)
@@ -176,7 +176,7 @@ class ContextEstimator:
     """Estimates the effective context of grid points from real questions (see the module docstring)."""
 
     def __init__(
-        self, lm, adapter, train: Sequence, evalset: Sequence, *, retriever=None, sample: int = 5, seed: int = 0
+        self, lm, adapter, train: Sequence, evalset: Sequence, *, retriever=None, sample: int = 20, seed: int = 0
     ):
         from ragscale.programs.retrieval import Passage, format_passage
 
