@@ -101,12 +101,17 @@ def measure(rows: list[dict], *, distractors: int, threads: int, show: Callable[
     done = [0]
     lock = threading.Lock()
 
+    tally = {s: [0, 0] for s in SIGNATURES}
+
     def one(case: tuple) -> tuple[bool, str]:
         result = run_case(case[1], case[2])
         with lock:
             done[0] += 1
-            if done[0] % 50 == 0 or done[0] == len(work):
-                show(f"{done[0]}/{len(work)} calls")
+            tally[case[0]][0] += result[0]
+            tally[case[0]][1] += 1
+            if done[0] % 20 == 0 or done[0] == len(work):
+                running = ", ".join(f"{s} {p}/{n}" for s, (p, n) in tally.items())
+                show(f"{done[0]}/{len(work)} cases; parsed so far: {running}")
         return result
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -132,6 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--distractors", type=int, default=2, help="non-supporting paragraphs added for Answer")
     parser.add_argument("--threads", type=int, default=8, help="concurrent questions (the engine batches them)")
     parser.add_argument("--samples", type=int, default=3, help="parsed outputs to print per signature")
+    parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (busy shared CPU: 1)")
     parser.add_argument("--json", type=Path, default=None, help="write {model, n, parse_rate} here")
     args = parser.parse_args(argv)
 
@@ -141,6 +147,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from ragscale.programs.lm import load_lm
     from ragscale.programs.lm.adapter import FieldAdapter
 
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     lm = load_lm(args.model, api_base=args.api_base, cache=False)
     dspy.configure(lm=lm, adapter=FieldAdapter())
