@@ -11,25 +11,10 @@ demonstration's ``documents`` -- retrieved by this program's own retriever for l
 the trace for bootstrapped ones -- trimmed to ``max_docs_per_demo`` with the most relevant kept, last.
 """
 
-import dspy
-
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
-from ragscale.signatures import Answer
+from ragscale.programs.rag import RAG
 
 
-class DRAG(dspy.Module):
+class DRAG(RAG):
     """m x (documents, question, answer) demonstrations, then retrieve(question, k) -> answer."""
 
     demo_documents = True  # each demonstration keeps the documents retrieved for its own question
-
-    def __init__(self, retriever, k: int = 5):
-        super().__init__()
-        self.retriever, self.k = retriever, k
-        self.answer = dspy.Predict(Answer)
-
-    def forward(self, question: str) -> dspy.Prediction:
-        passages = most_relevant_last(self.retriever(question, self.k))
-        documents = [format_passage(p) for p in passages]
-        answer = self.answer(documents=documents, question=question).answer
-        return dspy.Prediction(answer=answer, passages=references(passages))
