@@ -318,12 +318,9 @@ def ask(
 
 
 def _load_lm(name: str, api_base: str | None, max_tokens: int = 256) -> Any:
-    from ragscale.programs.lm import load_lm
+    from ragscale.optimizers.runner import load_named_lm
 
-    try:
-        return load_lm(name, api_base=api_base, max_tokens=max_tokens)
-    except (ValueError, FileNotFoundError) as exc:
-        raise ConfigError(f"--lm {name!r}: {exc}") from exc
+    return load_named_lm(name, api_base=api_base, max_tokens=max_tokens)
 
 
 def _add_ingest(subparsers) -> None:

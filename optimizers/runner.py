@@ -67,14 +67,19 @@ def make_adapter(name: str):
     raise ConfigError(f"unknown adapter {name!r}; valid choices: chat, field, json")
 
 
-def load_lm_for(config: RunConfig):
-    """`load_lm` for the config; an unknown or unusable LM name becomes a ConfigError naming it."""
+def load_named_lm(name: str, *, api_base: str | None = None, max_tokens: int = 256, cache: bool = True):
+    """`load_lm(name)`; an unknown or unusable LM name becomes a ConfigError naming it."""
     from ragscale.programs.lm import load_lm
 
     try:
-        return load_lm(config.lm, api_base=config.api_base, max_tokens=config.max_tokens, cache=config.cache)
+        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache)
     except (ValueError, FileNotFoundError) as exc:
-        raise ConfigError(f"--lm {config.lm!r}: {exc}") from exc
+        raise ConfigError(f"--lm {name!r}: {exc}") from exc
+
+
+def load_lm_for(config: RunConfig):
+    """`load_named_lm` with the config's LM settings."""
+    return load_named_lm(config.lm, api_base=config.api_base, max_tokens=config.max_tokens, cache=config.cache)
 
 
 def load_examples(config: RunConfig) -> tuple[list, list]:
