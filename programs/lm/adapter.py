@@ -26,6 +26,12 @@ reply is parsed the same way. `continuation="prefill"` forces the trailing assis
 it also sends vLLM's `continue_final_message=True, add_generation_prompt=False` in `extra_body`);
 `continuation="user"` forces the portable form for every LM.
 
+Closed choices (`Literal[...]`, an `Enum`, `bool`) are constrained, not generated: the call carries
+`response_format` = a JSON schema of one string enum (the options; "yes"/"no" for a bool). The local engine scores
+each option's log-likelihood after the pre-filled header and replies with the most likely one, so a closed choice
+always parses even from a 135M model; an OpenAI-compatible server that supports structured outputs (vLLM, SGLang,
+Ollama) constrains its decoding to the same schema. `constrain_choices=False` generates them as free text instead.
+
 Every output is coerced to the field's type: `str` (stripped, cut at end markers and stray headers), `bool`
 (first word yes/no/true/false), `Literal[...]` (exact, prefix, contained, then closest by difflib), `list[str]`
 (lines, bullets or numbering), `int`/`float` (first number). A value that cannot be coerced -- including an empty
@@ -116,6 +122,8 @@ class FieldAdapter(dspy.Adapter):
     Args:
         continuation: "auto" (pre-fill for an LM with a custom engine, user-turn request for a LiteLLM server
             model), "prefill" or "user"; see the module docstring.
+        constrain_choices: send closed-choice fields (Literal, Enum, bool) as a JSON-schema enum
+            `response_format`, which the local engine answers by scoring the options (see the module docstring).
         short_max_tokens: budget for a one-line `str` field (answers, questions).
         long_max_tokens: budget for a long text or list field (reasoning, passages, lists); capped by the
             call's own `max_tokens` when one is set.
@@ -126,6 +134,7 @@ class FieldAdapter(dspy.Adapter):
         self,
         continuation: Literal["auto", "prefill", "user"] = "auto",
         *,
+        constrain_choices: bool = True,
         short_max_tokens: int = 48,
         long_max_tokens: int = 256,
         callbacks: list | None = None,
@@ -134,6 +143,7 @@ class FieldAdapter(dspy.Adapter):
             raise ValueError(f"continuation={continuation!r}; valid: 'auto', 'prefill', 'user'")
         super().__init__(callbacks=callbacks)
         self.continuation = continuation
+        self.constrain_choices = constrain_choices
         self.short_max_tokens = short_max_tokens
         self.long_max_tokens = long_max_tokens
 
@@ -242,6 +252,10 @@ class FieldAdapter(dspy.Adapter):
         extra_stops = kwargs.get("stop") or []
         call_kwargs["stop"] = [*stops, *([extra_stops] if isinstance(extra_stops, str) else extra_stops)]
         call_kwargs["max_tokens"] = budget
+        options = self.closed_choices(field)
+        if options and self.constrain_choices:
+            schema = {"type": "string", "enum": options}
+            call_kwargs["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
         messages = [dict(m) for m in base]
         prefill = self._prefill(lm)
         first = next(iter(signature.output_fields))
@@ -278,6 +292,14 @@ class FieldAdapter(dspy.Adapter):
         if field is not None and _unwrap_optional(field.annotation) is bool:
             return f"{name} (yes or no):"
         return f"{name}:"
+
+    def closed_choices(self, field) -> list[str] | None:
+        """The options of a closed-choice output field (Literal, Enum; "yes"/"no" for bool), else None."""
+        annotation = _unwrap_optional(field.annotation)
+        if annotation is bool:
+            return ["yes", "no"]
+        choices = _literal_choices(annotation) or ([m.value for m in annotation] if _is_enum(annotation) else None)
+        return [str(c) for c in choices] if choices else None
 
     def hinted_header(self, name: str, field) -> str | None:
         """The header of the one retry a closed-choice field gets when its first reply names no option."""

@@ -14,10 +14,16 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
 - Shared-prefix KV cache: the longest token prefix common to the batch (or to a prefix retained from earlier
   calls) is prefilled once; every row reuses its keys/values. Rows are laid out as prefix + padding + suffix, with
   the padding masked out and positions continuing after the prefix.
+- Constrained choice: a request whose ``response_format`` is a JSON schema of one string ``enum`` (what the
+  adapter sends for a ``Literal``, ``Enum`` or ``bool`` output field) is not sampled. Every option is appended to
+  the prompt (after a space) and scored by the sum of its tokens' log-probabilities, all options of all such
+  requests in one forward pass over the shared prompt; the reply is the most likely option as a JSON string, so
+  it always parses. Any other JSON schema is refused (``UnsupportedFeatureError``) rather than ignored.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -35,6 +41,8 @@ class _Job:
     temperature: float
     top_p: float | None
     stops: tuple[str, ...]
+    options: list[list[int]] | None = None  # constrained choice: prompt + option token ids, one list per option
+    option_starts: list[int] | None = None  # where each option's own tokens begin
     tokens: list[int] = field(default_factory=list)
     n_out: int = 0
     finish: str = "length"
@@ -48,6 +56,17 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+def enum_choices(response_format: Any) -> list[str] | None:
+    """The options of a ``response_format`` that is a JSON schema of one string enum, else None."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    schema = response_format.get("schema") or response_format.get("json_schema", {}).get("schema") or {}
+    options = schema.get("enum")
+    if isinstance(options, list) and options and all(isinstance(o, str) for o in options):
+        return options
+    return None
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
@@ -96,21 +115,33 @@ class TorchEngine:
 
     # -- DSPy engine contract -------------------------------------------------------------------------------
     def complete(self, request: Any) -> Any:
-        from dspy.lm15 import ContextLengthError, Message, Response, Usage
+        from dspy.lm15 import ContextLengthError, Message, Response, UnsupportedFeatureError, Usage
 
         config = request.config
         max_new = config.max_tokens or 256
+        choices = enum_choices(config.response_format)
+        if choices is None and (config.response_format or {}).get("type") == "json_schema":
+            raise UnsupportedFeatureError(
+                f"{self.name}: the local engine constrains a JSON schema only when it is one string enum "
+                f"(a closed choice); got {config.response_format!r}"
+            )
         with self._start_lock:
             self._preparing += 1
         try:
+            prompt = self.render(request)
             with self._tok_lock:
-                ids = self.tokenizer(self.render(request), add_special_tokens=False).input_ids
-            if len(ids) + max_new > self.context_window:
+                ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
+                options = [self.tokenizer(f"{prompt} {c}", add_special_tokens=False).input_ids for c in choices or ()]
+            longest = max((len(o) for o in options), default=len(ids) + max_new)
+            if longest > self.context_window:
                 raise ContextLengthError(
                     f"{self.name}: prompt of {len(ids)} tokens + max_tokens={max_new} exceeds the context window "
                     f"of {self.context_window} tokens"
                 )
             job = _Job(ids, max_new, float(config.temperature or 0.0), config.top_p, tuple(config.stop or ()))
+            if choices:
+                job.options = options
+                job.option_starts = [min(_common_prefix(ids, o), len(o) - 1) for o in options]
             self._submit(job)
         finally:
             with self._start_lock:
@@ -118,6 +149,12 @@ class TorchEngine:
         job.done.wait()
         if job.error is not None:
             raise job.error
+        if choices:
+            usage = Usage(input_tokens=len(ids), output_tokens=job.n_out)
+            text = json.dumps(choices[job.tokens[0]])
+            return Response(
+                id=None, model=request.model, message=Message.assistant(text), finish_reason="stop", usage=usage
+            )
         with self._tok_lock:
             text = self.tokenizer.decode(job.tokens, skip_special_tokens=True)
         text, stopped = cut_at_stop(text, job.stops)
@@ -216,7 +253,8 @@ class TorchEngine:
                 return
             batch, stop = self._gather(first)
             try:
-                self.generate(batch)
+                self.choose([j for j in batch if j.options])
+                self.generate([j for j in batch if not j.options])
             except Exception as exc:  # handed to every caller of the batch, which re-raises it
                 logger.exception("generation failed for a batch of %d", len(batch))
                 for job in batch:
@@ -228,7 +266,7 @@ class TorchEngine:
                 return
 
     # -- generation -----------------------------------------------------------------------------------------------
-    def _prefix(self, jobs: list[_Job]) -> tuple[int, Any]:
+    def _prefix(self, jobs: list[_Job], limit: int | None = None) -> tuple[int, Any]:
         """(length, batch-1 KV cache) of a prefix every job shares, or (0, None).
 
         The longest match among the retained prefixes wins; otherwise the batch's own common prefix is
@@ -239,6 +277,8 @@ class TorchEngine:
         from transformers import DynamicCache
 
         shortest = min(len(j.ids) for j in jobs) - 1  # every row keeps at least one token to prefill
+        if limit is not None:
+            shortest = min(shortest, limit)
         common = min([_common_prefix(jobs[0].ids, j.ids) for j in jobs[1:]] + [shortest])
         best, n = None, 0
         for slot in self._slots:
@@ -287,15 +327,16 @@ class TorchEngine:
             tail = self.tokenizer.decode(job.tokens[-tail_len:], skip_special_tokens=True)
         return any(s and s in tail for s in job.stops)
 
-    def _prefill(self, jobs: list[_Job]) -> tuple[Any, Any, Any, Any]:
+    def _prefill(self, jobs: list[_Job], keep: int = 1, limit: int | None = None) -> tuple[Any, Any, Any, Any]:
         """One forward pass over the batch laid out as shared prefix + left padding + suffix.
 
-        Returns (last logits, KV cache, attention mask, next position ids).
+        Returns (logits of the last ``keep`` positions, KV cache, attention mask, next position ids); the shared
+        prefix is at most ``limit`` tokens long.
         """
         import torch
         from transformers import DynamicCache
 
-        n_prefix, prefix = self._prefix(jobs)
+        n_prefix, prefix = self._prefix(jobs, limit)
         self.batch_sizes[len(jobs)] += 1
         self.prefix_tokens_reused += n_prefix * len(jobs)
         rows = [j.ids[n_prefix:] for j in jobs]
@@ -317,16 +358,45 @@ class TorchEngine:
             position_ids=positions,
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=keep,
         )
-        return out.logits[:, -1, :], cache, mask, positions[:, -1:] + 1
+        return out.logits[:, -keep:, :], cache, mask, positions[:, -1:] + 1
+
+    def choose(self, jobs: list[_Job]) -> None:
+        """Set each constrained-choice job's ``tokens`` to ``[index of its most likely option]``.
+
+        One forward pass scores every option of every job: rows are prompt + option, right-aligned, and the logits
+        of the last positions give each option token's log-probability.
+        """
+        if not jobs:
+            return
+        import torch
+
+        rows = [_Job(ids, 0, 0.0, None, ()) for job in jobs for ids in job.options]
+        starts = [s for job in jobs for s in job.option_starts]
+        keep = max(len(row.ids) - s for row, s in zip(rows, starts, strict=True)) + 1
+        with torch.inference_mode():
+            logits, *_ = self._prefill(rows, keep=keep, limit=min(starts) - 1)
+            logp = logits.float().log_softmax(-1)
+        scores = []
+        for i, (row, start) in enumerate(zip(rows, starts, strict=True)):
+            target = torch.tensor(row.ids[start:], device=logp.device)[:, None]
+            scores.append(float(logp[i, keep - 1 - len(target) : keep - 1].gather(-1, target).sum()))
+        for job in jobs:
+            n = len(job.options)
+            own, scores = scores[:n], scores[n:]
+            best = max(range(n), key=own.__getitem__)
+            job.tokens, job.n_out, job.finish = [best], len(job.options[best]) - job.option_starts[best], "stop"
 
     def generate(self, jobs: list[_Job]) -> None:
         """Run ``jobs`` as one batch: prefill, then decode token by token; finished rows leave the batch."""
+        if not jobs:
+            return
         import torch
 
         with torch.inference_mode():
             logits, cache, mask, next_pos = self._prefill(jobs)
+            logits = logits[:, -1, :]
             live = list(range(len(jobs)))
             for _ in range(max(j.max_new for j in jobs)):
                 picked = self._pick(logits, [jobs[i] for i in live])

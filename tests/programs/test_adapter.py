@@ -291,3 +291,33 @@ def test_smollm2_answers_a_context_question_through_the_adapter():
     with dspy.context(lm=lm, adapter=FieldAdapter()):
         pred = dspy.Predict(Answer)(documents=documents, question="In which city is the Eiffel Tower?")
     assert pred.answer == "Paris"
+
+
+def test_closed_choices_are_requested_as_a_json_schema_enum_and_read_back():
+    pred, engine = predict(Pick, ['"green"'], text="grass")
+    assert pred.color == "green"
+    assert engine.requests[0][1].response_format["schema"]["enum"] == ["red", "green", "blue"]
+    pred, engine = predict(Judge, ['"no"'], claim="x")
+    assert pred.supported is False
+    assert engine.requests[0][1].response_format["schema"]["enum"] == ["yes", "no"]
+    _, engine = predict(Answer, [" Paris"], documents=["d: x"], question="q?")
+    assert engine.requests[0][1].response_format is None  # free text stays free
+
+
+def test_constrain_choices_off_generates_closed_choices_as_text():
+    lm, engine = scripted(" green")
+    with dspy.context(lm=lm, adapter=FieldAdapter(constrain_choices=False)):
+        assert dspy.Predict(Pick)(text="grass").color == "green"
+    assert engine.requests[0][1].response_format is None
+
+
+@pytest.mark.slow
+def test_smollm2_grades_a_passage_with_a_valid_option_every_time():
+    from ragscale.programs.lm import load_lm
+
+    lm = load_lm("smollm2-135m", cache=False)
+    with dspy.context(lm=lm, adapter=FieldAdapter()):
+        grade = dspy.Predict(Grade)
+        on_topic = grade(question="Who wrote Hamlet?", document="Hamlet is a tragedy by William Shakespeare.")
+        off_topic = grade(question="Who wrote Hamlet?", document="The Eiffel Tower is in Paris.")
+    assert (on_topic.grade, off_topic.grade) == ("relevant", "irrelevant")

@@ -195,3 +195,46 @@ def test_a_saved_lm_state_reloads_onto_the_already_loaded_engine(lm):
     assert state["engine"]["state"]["model"] == "smollm2-135m"
     reloaded = dspy.LM.load_state(state, allow_custom_lm_class=True)
     assert reloaded.engine is lm.engine
+
+
+def enum_format(options: list[str]) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "choice", "schema": {"type": "string", "enum": options}}}
+
+
+def test_a_closed_choice_is_the_option_with_the_highest_log_likelihood(lm, engine):
+    import json
+
+    import torch
+
+    options = ["Rome", "Paris", "Berlin"]
+    messages = [*ask(EIFFEL), {"role": "assistant", "content": "The city is"}]
+    reply = lm(messages=messages, response_format=enum_format(options))[0]
+    prompt = engine.render_messages([dict(m) for m in messages])
+    start = len(engine.tokenizer(prompt, add_special_tokens=False).input_ids)
+    scores = {}
+    for option in options:  # recomputed from scratch: one unbatched, uncached forward pass per option
+        full = engine.tokenizer(f"{prompt} {option}", add_special_tokens=False).input_ids
+        with torch.inference_mode():
+            logp = engine.model(torch.tensor([full])).logits[0].float().log_softmax(-1)
+        scores[option] = sum(float(logp[i - 1, full[i]]) for i in range(start, len(full)))
+    assert reply == json.dumps(max(scores, key=scores.get)) == '"Paris"'
+
+
+def test_choices_and_generations_batched_across_threads_get_their_sequential_answers(lm):
+    requests = [(city_question(i), enum_format(CITIES) if i % 2 else None) for i in range(8)]
+
+    def call(request):
+        question, fmt = request
+        return lm(messages=ask(question), **({"response_format": fmt} if fmt else {}))[0]
+
+    sequential = [call(r) for r in requests]
+    with ThreadPoolExecutor(8) as pool:
+        parallel = list(pool.map(call, requests))
+    assert parallel == sequential
+    assert [parallel[i] for i in range(1, 8, 2)] == [f'"{CITIES[i]}"' for i in range(1, 8, 2)]
+
+
+def test_a_json_schema_other_than_one_string_enum_is_refused(lm):
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    with pytest.raises(Exception, match="one string enum"):
+        lm(messages=ask("hi"), response_format=schema)
