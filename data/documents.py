@@ -1,8 +1,9 @@
 """Documents -> chunks: PDF pages (text, tables as markdown, pictures as text), and .txt / .md / .html files.
 
-Every chunk keeps its document (the file name), its page (1-based; 1 for non-PDF files), its kind (``text``,
-``table`` or ``picture``), how its text was obtained (``method``) and a stable id: a short SHA-256 of
-document, page, kind, position on the page and text, so the same file always gives the same ids.
+Every chunk keeps its document (the file name, cited in answers), its source (the file's resolved path: the key
+that tells apart two files of one name in different folders), its page (1-based; 1 for non-PDF files), its kind
+(``text``, ``table`` or ``picture``), how its text was obtained (``method``) and a stable id: a short SHA-256 of
+source, page, kind, position on the page and text, so the same file always gives the same ids.
 
 PDF pages (pdfplumber, MIT; pypdf, BSD, for the encryption check), in this order:
 
@@ -60,7 +61,8 @@ class DocumentError(ValueError):
 
 @dataclass(frozen=True)
 class Chunk:
-    """One retrievable piece of a document."""
+    """One retrievable piece of a document: ``document`` is the file name shown to readers, ``source`` the
+    resolved path that identifies the file."""
 
     id: str
     document: str
@@ -68,15 +70,21 @@ class Chunk:
     kind: str
     text: str
     method: str
+    source: str
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def chunk_id(document: str, page: int, kind: str, position: int, text: str) -> str:
-    """Stable id of a chunk: a short SHA-256 of where it is and what it says."""
-    key = f"{document}\n{page}\n{kind}\n{position}\n{text}"
+def chunk_id(source: str, page: int, kind: str, position: int, text: str) -> str:
+    """Stable id of a chunk: a short SHA-256 of where it is (file, page, kind, position) and what it says."""
+    key = f"{source}\n{page}\n{kind}\n{position}\n{text}"
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+
+
+def document_source(path: str | Path) -> str:
+    """The key of a document: its resolved absolute path (symlinks followed), as a POSIX string."""
+    return Path(path).resolve().as_posix()
 
 
 def file_sha256(path: str | Path) -> str:
@@ -432,14 +440,16 @@ def parse_pdf(
 ) -> list[Chunk]:
     """The chunks of one PDF (see the module docstring). ``ocr=False`` skips OCR (caption fallback instead)."""
     path = Path(path)
-    name = path.name
+    name, source = path.name, document_source(path)
     chunks: list[Chunk] = []
     ocr_describer = OCRDescriber() if ocr else None
     with _open_pdf(path) as pdf:
         for number, page in enumerate(pdf.pages, start=1):
             try:
                 chunks.extend(
-                    _parse_page(page, name, number, max_tokens, count_tokens, describer, ocr_describer, resolution)
+                    _parse_page(
+                        page, name, source, number, max_tokens, count_tokens, describer, ocr_describer, resolution
+                    )
                 )
             except DocumentError:
                 raise
@@ -453,6 +463,7 @@ def parse_pdf(
 def _parse_page(
     page: Any,
     name: str,
+    source: str,
     number: int,
     max_tokens: int,
     count_tokens: Callable[[str], int],
@@ -500,7 +511,7 @@ def _parse_page(
     texts = chunk_blocks(blocks, max_tokens, count_tokens)
     ordered = [("text", text, "pdfplumber-text") for text in texts] + pieces
     return [
-        Chunk(chunk_id(name, number, kind, position, text), name, number, kind, text, method)
+        Chunk(chunk_id(source, number, kind, position, text), name, number, kind, text, method, source)
         for position, (kind, text, method) in enumerate(ordered)
     ]
 
@@ -647,8 +658,9 @@ def parse_text_file(
         blocks = text_blocks(raw, markdown=suffix in (".md", ".markdown"))
         method = "markdown-text" if suffix in (".md", ".markdown") else "plain-text"
     ordered = [("text", t, method) for t in chunk_blocks(blocks, max_tokens, count_tokens)] + pieces
+    source = document_source(path)
     return [
-        Chunk(chunk_id(path.name, 1, kind, position, text), path.name, 1, kind, text, how)
+        Chunk(chunk_id(source, 1, kind, position, text), path.name, 1, kind, text, how, source)
         for position, (kind, text, how) in enumerate(ordered)
     ]
 

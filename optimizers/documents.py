@@ -2,17 +2,24 @@
 
 A collection lives in `<runs_dir>/collections/NAME/`:
 
-    manifest.json   per document: its path, SHA-256, ingestion options and chunk ids
-    chunks.jsonl    one chunk per line: id, document, page, kind, text, method, context ("" if none)
+    manifest.json   per document, keyed by its resolved path: its file name, SHA-256, ingestion options and
+                    chunk ids; and the dense index in use with a digest of each vector's text
+    chunks.jsonl    one chunk per line: id, document, source, page, kind, text, method, context ("" if none)
     contexts.json   the contextual-retrieval cache: sha256(model, document text, chunk text) -> context
-    index/          the retriever's indexes (chromadb + BM25 JSON), rebuilt when the chunks change
+    index/          the retriever's indexes (chromadb + BM25 JSON)
 
-Ingestion (`ingest`): a file whose bytes (SHA-256) and options are unchanged is skipped; a changed one has
-its chunks replaced; a file that cannot be read (corrupt, encrypted, empty, unsupported) is reported with its
-error and the others are still ingested. With `contextual=True` every chunk gets a 1-2 sentence context from
-the LM (`Contextualize`), looked up first in `contexts.json`, so re-ingesting costs no LM calls; the indexed
-text of a chunk is then `context + "\\n\\n" + text`, for BM25 and for the embedder alike. A passage's title is
-`"<document>, page <n>"`.
+Documents are keyed by their resolved path, so two files of one name in different folders are two documents;
+their file name is what answers cite. Ingestion (`ingest`): a file whose bytes (SHA-256) and options are
+unchanged is skipped; a changed one has its chunks replaced; a file that cannot be read (corrupt, encrypted,
+empty, unsupported) is reported with its error and the others are still ingested. With `contextual=True` every
+chunk gets a 1-2 sentence context from the LM (`Contextualize`), looked up first in `contexts.json`, so
+re-ingesting costs no LM calls; the indexed text of a chunk is then `context + "\\n\\n" + text`, for BM25 and
+for the embedder alike. A passage's title is `"<document>, page <n>"`.
+
+Indexing: a changed corpus gets a new chromadb collection (its name hashes the corpus), but vectors whose text
+is unchanged are copied from the previous collection instead of being embedded again, so re-ingesting one
+changed file embeds only that file's chunks. BM25 is rebuilt (it costs no model call). Earlier indexes are then
+deleted.
 
 Asking (`ask`): any method of `PROGRAMS` over the collection's hybrid retriever (optionally reranked by the LM
 grader), printing the answer and the sources (document, page, kind) of the passages the method used.
@@ -40,6 +47,9 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 CHUNKS = "chunks.jsonl"
 CONTEXTS = "contexts.json"
+MANIFEST_VERSION = 2
+CHECKPOINT_EVERY = 16
+"""New contexts written to `contexts.json` while a document is contextualised, so an interruption keeps them."""
 
 
 def context_key(model: str, document: str, chunk: str) -> str:
@@ -58,7 +68,8 @@ def _write_json(path: Path, value: Any) -> None:
 
 @dataclass
 class IngestReport:
-    """What one `ingest` call did, by file: added, replaced, unchanged, failed (file -> error message)."""
+    """What one `ingest` call did, by file: added, replaced, unchanged, failed (file -> error message); how many
+    contexts the LM wrote and how many came from the cache; how many vectors were embedded and how many reused."""
 
     added: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
@@ -67,10 +78,17 @@ class IngestReport:
     chunks: int = 0
     contexts_written: int = 0
     contexts_cached: int = 0
+    embedded: int = 0
+    reused: int = 0
 
     @property
     def changed(self) -> bool:
         return bool(self.added or self.replaced)
+
+
+def _vector_digest(title: str, text: str) -> str:
+    """Digest of the text a dense index embeds for a passage (`DenseRetriever` embeds "title: text")."""
+    return hashlib.sha256(f"{title}: {text}".encode()).hexdigest()[:16]
 
 
 class Collection:
@@ -81,9 +99,10 @@ class Collection:
             raise ConfigError(f"invalid collection name {name!r}: use a plain folder name")
         self.name = name
         self.root = Path(runs_dir) / "collections" / name
-        self.manifest: dict[str, Any] = {"documents": {}}
+        self.manifest: dict[str, Any] = {"version": MANIFEST_VERSION, "documents": {}}
         self.chunks: list[dict] = []
         self.contexts: dict[str, str] = {}
+        self.embedded = self.reused = 0  # vectors embedded / copied by the last `retriever()` call
         if (self.root / MANIFEST).is_file():
             self.manifest = json.loads((self.root / MANIFEST).read_text(encoding="utf-8"))
         if (self.root / CHUNKS).is_file():
@@ -91,6 +110,19 @@ class Collection:
                 self.chunks = [json.loads(line) for line in handle if line.strip()]
         if (self.root / CONTEXTS).is_file():
             self.contexts = json.loads((self.root / CONTEXTS).read_text(encoding="utf-8"))
+        if self.manifest.get("version", 1) < MANIFEST_VERSION:
+            self._rekey_by_path()
+
+    def _rekey_by_path(self) -> None:
+        """Version 1 keyed documents by file name: key them by the resolved path it recorded (chunk ids kept)."""
+        documents = {}
+        for name, entry in self.manifest.get("documents", {}).items():
+            source = entry.get("path") or name
+            documents[source] = {"name": name, **{k: v for k, v in entry.items() if k != "path"}}
+            for chunk in self.chunks:
+                if chunk["document"] == name:
+                    chunk.setdefault("source", source)
+        self.manifest = {**self.manifest, "version": MANIFEST_VERSION, "documents": documents}
 
     @property
     def exists(self) -> bool:
@@ -103,8 +135,12 @@ class Collection:
             for chunk in self.chunks:
                 handle.write(json.dumps(chunk, ensure_ascii=False) + "\n")
         partial.replace(self.root / CHUNKS)
-        _write_json(self.root / CONTEXTS, self.contexts)
+        self.save_contexts()
         _write_json(self.root / MANIFEST, self.manifest)
+
+    def save_contexts(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        _write_json(self.root / CONTEXTS, self.contexts)
 
     def by_id(self) -> dict[str, dict]:
         return {chunk["id"]: chunk for chunk in self.chunks}
@@ -120,16 +156,71 @@ class Collection:
             for c in self.chunks
         ]
 
-    def retriever(self, kind: str = "hybrid") -> Any:
-        """The collection's retriever (`build_retriever` over `corpus()`, indexes in `index/`)."""
-        from ragscale.programs.retrieval import build_retriever
+    def index_is_current(self) -> bool:
+        """Whether the manifest records a finished dense index of exactly the current chunks."""
+        vectors = (self.manifest.get("index") or {}).get("vectors")
+        return vectors == {e["id"]: _vector_digest(e["title"], e["text"]) for e in self.corpus()}
 
+    def retriever(self, kind: str = "hybrid") -> Any:
+        """The collection's retriever ("dense", "bm25" or "hybrid"), its indexes in `index/`.
+
+        Passages missing from the dense index are embedded, except those whose text is unchanged since the index
+        recorded in the manifest: their vectors are copied from it. `self.embedded` / `self.reused` count them.
+        When the index changed, the manifest records the new one and the earlier indexes are deleted.
+        """
+        from ragscale.programs.retrieval import RETRIEVERS, BM25Retriever, DenseRetriever, HybridRetriever
+
+        if kind not in RETRIEVERS:
+            raise ConfigError(f"unknown retriever kind {kind!r}; valid kinds: {', '.join(RETRIEVERS)}")
         if not self.chunks:
             raise ConfigError(f"collection {self.name!r} at {self.root} has no chunks: run `ragscale ingest` first")
-        return build_retriever(self.corpus(), kind=kind, index_dir=self.root / "index")
+        corpus = self.corpus()
+        index = self.root / "index"
+        bm25 = BM25Retriever(corpus, index_dir=index) if kind != "dense" else None
+        if kind == "bm25":
+            return bm25
+        dense = DenseRetriever(corpus, index_dir=index, build=False)
+        self.reused = self._copy_unchanged_vectors(dense)
+        self.embedded = dense.build()
+        record = {
+            "dense": dense.collection_name,
+            "embedder": dense.embedder.name,
+            "vectors": {p.id: _vector_digest(p.title, p.text) for p in dense.passages},
+        }
+        if self.manifest.get("index") != record:
+            self.manifest["index"] = record
+            self.root.mkdir(parents=True, exist_ok=True)
+            _write_json(self.root / MANIFEST, self.manifest)
+            self.drop_stale_indexes(dense.collection_name, getattr(bm25, "path", None))
+        return dense if kind == "dense" else HybridRetriever(dense, bm25)
+
+    def _copy_unchanged_vectors(self, dense: Any) -> int:
+        """Copy into `dense` the vectors of the manifest's index whose passage text is unchanged; how many."""
+        record = self.manifest.get("index") or {}
+        previous = record.get("dense")
+        if not previous or previous == dense.collection_name or record.get("embedder") != dense.embedder.name:
+            return 0
+        names = {getattr(c, "name", c) for c in dense.client.list_collections()}
+        if previous not in names:
+            return 0
+        digests = record.get("vectors", {})
+        missing = set(dense.missing_ids())
+        wanted = [
+            p.id for p in dense.passages if p.id in missing and digests.get(p.id) == _vector_digest(p.title, p.text)
+        ]
+        source = dense.client.get_collection(previous)
+        copied = 0
+        for start in range(0, len(wanted), 1000):
+            got = source.get(ids=wanted[start : start + 1000], include=["embeddings", "metadatas"])
+            if got["ids"]:
+                dense.collection.add(ids=got["ids"], embeddings=got["embeddings"], metadatas=got["metadatas"])
+                copied += len(got["ids"])
+        if copied:
+            log.info("reused %d vectors of %s", copied, previous)
+        return copied
 
     def drop_stale_indexes(self, keep: str | None, keep_bm25: Path | None = None) -> None:
-        """Delete chromadb collections and BM25 files of earlier versions of the chunks (all but the current)."""
+        """Delete chromadb collections other than `keep` and, when `keep_bm25` is given, the other BM25 files."""
         index = self.root / "index"
         if (index / "chroma").is_dir():
             from ragscale.programs.retrieval.dense import chroma_client
@@ -140,9 +231,9 @@ class Collection:
                 if name != keep:
                     client.delete_collection(name)
         bm25 = index / "bm25"
-        if bm25.is_dir():
+        if bm25.is_dir() and keep_bm25 is not None:
             for path in bm25.glob("*.json"):
-                if keep_bm25 is not None and path.resolve() != Path(keep_bm25).resolve():
+                if path.resolve() != Path(keep_bm25).resolve():
                     path.unlink()
 
 
@@ -154,10 +245,12 @@ def contextualize_chunks(
     max_document_chars: int = 6000,
     threads: int = 4,
     report: IngestReport | None = None,
+    checkpoint: Callable[[], None] | None = None,
 ) -> list[str]:
     """A context for each chunk of ONE document (its chunks, in order), from `cache` or from the LM configured in
-    `dspy.settings`; new contexts are added to `cache`. Runs `threads` LM calls at a time. A reply that cannot be
-    parsed gives an empty context (cached too: decoding is greedy, so asking again gives the same reply)."""
+    `dspy.settings`; new contexts are added to `cache`, and `checkpoint()` is called every `CHECKPOINT_EVERY` of
+    them (to save the cache). Runs `threads` LM calls at a time. A reply that cannot be parsed gives an empty
+    context (cached too: decoding is greedy, so asking again gives the same reply)."""
     from ragscale.programs.contextualize import Contextualize
 
     document = "\n\n".join(c["text"] for c in chunks)
@@ -177,8 +270,10 @@ def contextualize_chunks(
     if todo:
         with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="ragscale-context") as pool:
             futures = {i: pool.submit(contextvars.copy_context().run, one, i) for i in todo}
-            for i, future in futures.items():
+            for done, (i, future) in enumerate(futures.items(), start=1):
                 cache[keys[i]] = future.result()
+                if checkpoint is not None and done % CHECKPOINT_EVERY == 0:
+                    checkpoint()
     if report is not None:
         report.contexts_written += len(todo)
         report.contexts_cached += len(chunks) - len(todo)
@@ -202,7 +297,13 @@ def ingest(
 ) -> IngestReport:
     """Ingest `paths` into `collection` (see the module docstring). With `contextual`, the LM (and adapter)
     configured in `dspy.settings` writes the contexts and `model` names it in the cache key."""
-    from ragscale.data.documents import DEFAULT_MAX_TOKENS, DocumentError, file_sha256, load_document
+    from ragscale.data.documents import (
+        DEFAULT_MAX_TOKENS,
+        DocumentError,
+        document_source,
+        file_sha256,
+        load_document,
+    )
 
     store = Collection(collection, runs_dir)
     report = IngestReport()
@@ -215,10 +316,10 @@ def ingest(
     documents = store.manifest.setdefault("documents", {})
     for raw in paths:
         path = Path(raw)
-        name = path.name
+        source = document_source(path)
         try:
             digest = file_sha256(path) if path.is_file() else ""
-            previous = documents.get(name)
+            previous = documents.get(source)
             if previous and previous["sha256"] == digest and previous["options"] == options:
                 report.unchanged.append(str(path))
                 continue
@@ -238,6 +339,7 @@ def ingest(
                 max_document_chars=max_document_chars,
                 threads=threads,
                 report=report,
+                checkpoint=store.save_contexts,
             )
             if contextual
             else [""] * len(chunks)
@@ -245,34 +347,41 @@ def ingest(
         for chunk, context in zip(chunks, contexts, strict=True):
             chunk["context"] = context
         (report.replaced if previous else report.added).append(str(path))
-        store.chunks = [c for c in store.chunks if c["document"] != name] + chunks
-        documents[name] = {
-            "path": str(path.resolve()),
+        store.chunks = [c for c in store.chunks if c.get("source") != source] + chunks
+        documents[source] = {
+            "name": path.name,
             "sha256": digest,
             "options": options,
             "chunks": [c["id"] for c in chunks],
         }
         store.save()  # durable per document: an interrupted ingestion keeps what finished
-        log.info("%s: %d chunks%s", name, len(chunks), " (contextual)" if contextual else "")
+        log.info("%s: %d chunks%s", path, len(chunks), " (contextual)" if contextual else "")
     report.chunks = len(store.chunks)
     if report.changed or not store.exists:
         store.save()
-    if report.changed and build_index and store.chunks:
-        retriever = store.retriever()
-        dense = getattr(retriever, "dense", retriever)
-        bm25 = getattr(retriever, "bm25", None)
-        store.drop_stale_indexes(getattr(dense, "collection_name", None), getattr(bm25, "path", None))
+    if build_index and store.chunks and not store.index_is_current():
+        store.retriever()  # embeds what the index lacks (after a change, only the changed files' chunks)
+        report.embedded, report.reused = store.embedded, store.reused
     return report
 
 
 def sources(passages: Sequence[Any], chunks: Mapping[str, Mapping]) -> list[dict]:
-    """(document, page, kind, id) of each passage used, in the order given; passages are dicts or Passages."""
+    """(document, page, kind, id, source) of each passage used, in the order given; passages are dicts or
+    Passages. `source` is the document's path, which tells apart two documents of one name."""
     found = []
     for passage in passages or []:
         pid = passage.get("id") if isinstance(passage, Mapping) else getattr(passage, "id", None)
         chunk = chunks.get(pid)
         if chunk is not None:
-            found.append({"document": chunk["document"], "page": chunk["page"], "kind": chunk["kind"], "id": pid})
+            found.append(
+                {
+                    "document": chunk["document"],
+                    "page": chunk["page"],
+                    "kind": chunk["kind"],
+                    "id": pid,
+                    "source": chunk.get("source", ""),
+                }
+            )
     return found
 
 
@@ -386,7 +495,8 @@ def _cmd_ingest(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     contexts = (
         f"; contexts: {report.contexts_written} written, {report.contexts_cached} cached" if args.contextual else ""
     )
-    print(f"collection {args.collection}: {report.chunks} chunks{contexts}")
+    vectors = f"; vectors: {report.embedded} embedded, {report.reused} reused" if report.changed else ""
+    print(f"collection {args.collection}: {report.chunks} chunks{contexts}{vectors}")
     return 1 if report.failed else 0
 
 
@@ -428,8 +538,12 @@ def _cmd_ask(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
     print(f"answer: {result['answer']}")
     print("sources:")
+    names = {}
+    for chunk in Collection(args.collection, args.runs_dir).chunks:
+        names.setdefault(chunk["document"], set()).add(chunk.get("source", ""))
     for number, source in enumerate(result["sources"], start=1):
-        print(f"  [{number}] {source['document']}, page {source['page']}, {source['kind']}")
+        where = f" ({source['source']})" if len(names.get(source["document"], ())) > 1 else ""
+        print(f"  [{number}] {source['document']}{where}, page {source['page']}, {source['kind']}")
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0

@@ -140,3 +140,13 @@ def test_html_tables_become_markdown_and_images_their_alt_text():
 def test_a_grid_of_mostly_empty_cells_is_not_a_table():
     assert table_markdown([["2019 2018", ""], ["", "6"], ["2015", ""]]) is None
     assert table_markdown([["a", "b"], ["1", "2"]]) == "| a | b |\n| --- | --- |\n| 1 | 2 |"
+
+
+def test_files_of_one_name_in_two_folders_keep_the_name_but_differ_in_source_and_ids(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "notes.txt").write_text("The keeper climbs 117 steps.\n", encoding="utf-8")
+    first, second = (load_document(tmp_path / folder / "notes.txt") for folder in ("a", "b"))
+    assert first[0].document == second[0].document == "notes.txt"
+    assert first[0].source == (tmp_path / "a" / "notes.txt").resolve().as_posix()
+    assert first[0].source != second[0].source and first[0].id != second[0].id

@@ -20,7 +20,7 @@ def documents(tmp_path) -> Path:
     """A folder with the fixture text files and the MIT table PDF (copies, so a test may change them)."""
     folder = tmp_path / "docs"
     folder.mkdir()
-    for name in ("report.md", "page.html", "notes.txt"):
+    for name in ("report.md", "page.html", "notes.txt", "harbour_faq.md"):
         shutil.copy(FIXTURES / name, folder / name)
     shutil.copy(SHARED_DOCUMENTS / "simple_table.pdf", folder / "simple_table.pdf")
     return folder
@@ -35,7 +35,8 @@ def test_ingest_reports_a_corrupt_pdf_and_still_ingests_the_other_files(document
     assert list(report.failed) == [str(broken)]
     assert "broken.pdf" in report.failed[str(broken)] and "not a readable PDF" in report.failed[str(broken)]
     store = Collection("c", runs)
-    assert set(store.manifest["documents"]) == {"simple_table.pdf", "report.md", "page.html", "notes.txt"}
+    names = {entry["name"] for entry in store.manifest["documents"].values()}
+    assert names == {"simple_table.pdf", "report.md", "page.html", "notes.txt"}
     kinds = {(c["document"], c["kind"]) for c in store.chunks}
     assert ("simple_table.pdf", "table") in kinds and ("page.html", "picture") in kinds
     assert all(c["page"] == 1 and c["id"] and c["method"] for c in store.chunks)
@@ -79,6 +80,77 @@ def test_a_changed_file_replaces_its_chunks(documents, tmp_path):
     assert {c["document"] for c in store.chunks} == {"report.md", "notes.txt"}
     found = store.retriever()("How many ships did the harbour count?", 3)
     assert any("415 ships" in p.text for p in found)
+
+
+def test_two_files_of_one_name_in_different_folders_are_two_documents(documents, tmp_path):
+    runs = tmp_path / "runs"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "report.md").write_text("# Lighthouse\n\nThe lighthouse keeper logged 12 storms.\n", encoding="utf-8")
+    report = ingest([documents / "report.md", other / "report.md"], collection="c", runs_dir=runs, build_index=False)
+    assert report.added == [str(documents / "report.md"), str(other / "report.md")]
+    store = Collection("c", runs)
+    assert set(store.manifest["documents"]) == {
+        str((documents / "report.md").resolve()),
+        str((other / "report.md").resolve()),
+    }
+    by_source = {c["source"] for c in store.chunks}
+    assert by_source == set(store.manifest["documents"])
+    assert {c["document"] for c in store.chunks} == {"report.md"}  # the name answers cite
+    assert len({c["id"] for c in store.chunks}) == len(store.chunks)
+    # changing one of them replaces its chunks only
+    (other / "report.md").write_text("# Lighthouse\n\nThe keeper logged 15 storms.\n", encoding="utf-8")
+    again = ingest([documents / "report.md", other / "report.md"], collection="c", runs_dir=runs, build_index=False)
+    assert again.unchanged == [str(documents / "report.md")] and again.replaced == [str(other / "report.md")]
+    texts = " ".join(c["text"] for c in Collection("c", runs).chunks)
+    assert "15 storms" in texts and "12 storms" not in texts and "Container traffic rose" in texts
+
+
+def test_reingesting_one_changed_file_embeds_and_contextualises_only_its_chunks(documents, tmp_path):
+    runs = tmp_path / "runs"
+    paths = [documents / n for n in ("report.md", "notes.txt", "page.html", "harbour_faq.md")]
+    lm = DummyLM([{"context": f"Context {i}."} for i in range(200)])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        first = ingest(paths, collection="c", runs_dir=runs, contextual=True, model="dummy", threads=1, max_tokens=25)
+        calls_first = len(lm.history)
+        notes = documents / "notes.txt"
+        notes.write_text(notes.read_text(encoding="utf-8") + "\nA late addition: the ferry runs twice a day.\n")
+        second = ingest(paths, collection="c", runs_dir=runs, contextual=True, model="dummy", threads=1, max_tokens=25)
+    store = Collection("c", runs)
+    changed = [c for c in store.chunks if c["document"] == "notes.txt"]
+    assert first.embedded == first.chunks >= 10 and first.reused == 0
+    assert second.replaced == [str(notes)] and len(second.unchanged) == 3
+    assert len(lm.history) - calls_first == len(changed) == second.contexts_written  # no LM call for the others
+    assert second.embedded == len(changed)  # the real MiniLM embedded only the changed file's chunks
+    assert second.reused == len(store.chunks) - len(changed)
+    found = store.retriever()("How often does the ferry run?", 3)
+    assert store.embedded == 0 and any("ferry runs twice" in p.text for p in found)
+    chroma = store.root / "index"
+    from ragscale.programs.retrieval.dense import chroma_client
+
+    assert len(chroma_client(chroma).list_collections()) == 1  # the previous index was dropped
+
+
+def test_a_collection_keyed_by_file_name_is_rekeyed_by_path_without_reingesting(documents, tmp_path):
+    runs = tmp_path / "runs"
+    path = documents / "report.md"
+    ingest([path], collection="c", runs_dir=runs, build_index=False)
+    root = runs / "collections" / "c"
+    (entry,) = json.loads((root / "manifest.json").read_text())["documents"].values()
+    version_1 = {"documents": {entry.pop("name"): {**entry, "path": str(path.resolve())}}}
+    (root / "manifest.json").write_text(json.dumps(version_1))
+    chunks = [json.loads(line) for line in (root / "chunks.jsonl").read_text().splitlines()]
+    unsourced = "".join(json.dumps({k: v for k, v in c.items() if k != "source"}) + "\n" for c in chunks)
+    (root / "chunks.jsonl").write_text(unsourced)
+
+    report = ingest([path], collection="c", runs_dir=runs, build_index=False)
+    assert report.unchanged == [str(path)]
+    assert [c["id"] for c in Collection("c", runs).chunks] == [c["id"] for c in chunks]
+    path.write_text(path.read_text().replace("412 ships", "415 ships"), encoding="utf-8")
+    report = ingest([path], collection="c", runs_dir=runs, build_index=False)
+    store = Collection("c", runs)
+    assert report.replaced == [str(path)] and store.manifest["version"] == 2
+    assert not any("412 ships" in c["text"] for c in store.chunks)  # the old chunks were replaced, not kept
 
 
 def test_cached_contexts_cost_no_lm_call_on_reingestion(documents, tmp_path):
