@@ -1,30 +1,39 @@
 """Grounded answers over ../shared/documents: plain vs contextual chunks, each without and with LM reranking.
 
-For every configuration it measures, over the questions of `benchmarks/documents_questions.jsonl` (answers in
-text, tables and charts, each with its document and pages):
+The four PDFs are chunked at `--max-tokens` words (50 by default: ~80 chunks instead of ~40 at the ingest default
+of 150, so a page holds several chunks and the first-ranked one can miss). For every configuration, over the
+questions of `benchmarks/documents_questions.jsonl` (answers in text, tables and charts, each with its document
+and pages), it measures:
 
-- recall@5: the share of questions whose answer page (document + page) is among the 5 passages kept;
+- R@1 / R@5: the share of questions whose answer page (document + page) is the first / among the `k` passages kept;
+- Ans@5: the share whose answer string (a gold alias, normalised) is inside one of the kept passages;
 - Acc / EM: answer accuracy (a gold alias contained in the prediction) and exact match, with RAG (one
-  `Predict(Answer)` over the 5 passages, most relevant last) and the LM of `--lm`;
-- LM calls and seconds per question (reranking grades `--rerank-depth` hybrid candidates per question).
+  `Predict(Answer)` over the `k` passages, most relevant last) and the LM of `--lm`;
+- LM calls and seconds per question. Without reranking the passages are the hybrid (BM25 + dense, RRF) top `k`;
+  with it, the LM grades the hybrid top `--depth` (`Reranker`, one `Grade` call per candidate) and the `k` best
+  graded are kept, ties in hybrid order. The grades given are counted.
 
-Contextual chunks are written by the same LM at ingestion; their cost is printed once (contexts are cached in
-the collection, so a rerun with the same `--runs-dir` costs no LM calls for them).
+Contextual chunks are written by the same LM at ingestion; the cost of writing them is printed once (contexts
+are cached in the collection, so a rerun with the same `--runs-dir` costs no LM calls for them). Each answered
+question is appended to `<runs-dir>/records/<config>-<settings hash>.jsonl` as it finishes, so an interrupted
+run resumes where it stopped and its table still sums each question's own calls and seconds.
 
-    python benchmarks/documents.py --limit 34 --json runs/bench/documents.json
+    DSPY_CACHEDIR=$(mktemp -d) python benchmarks/documents.py --json runs/bench/documents.json
 
-Timings on a shared 2-core machine are noisy; the scores are deterministic (greedy decoding).
+Timings on a shared 2-core machine are noisy; the scores are deterministic (greedy decoding, constrained grades).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +45,26 @@ PDFS = (
     "simple_table.pdf",
     "simple_figure.pdf",
 )
+CONFIGS = ("plain", "plain+rerank", "contextual", "contextual+rerank")
+
+
+def _normalise(text: str) -> str:
+    return " ".join("".join(ch.lower() if ch.isalnum() else " " for ch in text).split())
+
+
+def answer_in(passages: list, answers: list[str]) -> bool:
+    """Whether a gold alias appears, as whole words, in one of the passages."""
+    texts = [f" {_normalise(p.text)} " for p in passages]
+    return any(f" {_normalise(a)} " in text for a in answers if _normalise(a) for text in texts)
+
+
+def answer_rank(passages: list, chunks: dict, question: dict) -> int | None:
+    """1-based rank of the first passage on an answer page, or None."""
+    for rank, passage in enumerate(passages, start=1):
+        chunk = chunks[passage.id]
+        if chunk["document"] == question["document"] and chunk["page"] in question["pages"]:
+            return rank
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,13 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-base", dest="api_base")
     parser.add_argument("--adapter", default="field", choices=("field", "chat", "json"))
     parser.add_argument("--limit", type=int, default=None, help="first N questions (default: all)")
-    parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--rerank-depth", dest="rerank_depth", type=int, default=10)
-    parser.add_argument("--document-chars", dest="document_chars", type=int, default=3000)
-    parser.add_argument("--threads", type=int, default=4, help="LM calls in flight (the engine batches them)")
+    parser.add_argument("--k", type=int, default=5, help="passages kept and given to the answer (default: 5)")
+    parser.add_argument("--depth", type=int, default=20, help="hybrid candidates the LM grades (default: 20)")
+    parser.add_argument("--max-tokens", dest="max_tokens", type=int, default=50, help="words per chunk (default: 50)")
+    parser.add_argument("--document-chars", dest="document_chars", type=int, default=1200)
+    parser.add_argument("--threads", type=int, default=8, help="LM calls in flight (the engine batches them)")
     parser.add_argument("--runs-dir", dest="runs_dir", type=Path, default=REPO / "runs" / "bench-documents")
     parser.add_argument("--documents", type=Path, default=DOCUMENTS)
-    parser.add_argument("--configs", default="plain,plain+rerank,contextual,contextual+rerank")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--json", dest="json_path", type=Path)
     args = parser.parse_args(argv)
 
@@ -78,113 +108,160 @@ def main(argv: list[str] | None = None) -> int:
     questions = questions[: args.limit] if args.limit else questions
     paths = [args.documents / name for name in PDFS]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown:
+        parser.error(f"unknown configs {unknown}; valid: {', '.join(CONFIGS)}")
     lm = load_lm(args.lm, api_base=args.api_base, cache=False)
     adapter = make_adapter(args.adapter)
+    settings = {
+        "lm": args.lm,
+        "adapter": args.adapter,
+        "k": args.k,
+        "depth": args.depth,
+        "max_tokens": args.max_tokens,
+        "document_chars": args.document_chars,
+        "questions": hashlib.sha256(QUESTIONS.read_bytes()).hexdigest()[:12],
+    }
+    tag = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+    records_dir = args.runs_dir / "records"
+    records_dir.mkdir(parents=True, exist_ok=True)
 
     setup: dict[str, dict] = {}
+    collections = {"plain": f"plain-{args.max_tokens}w", "contextual": f"contextual-{args.max_tokens}w"}
     start = time.perf_counter()
-    ingest(paths, collection="plain", runs_dir=args.runs_dir)
-    setup["plain"] = {"ingest_s": round(time.perf_counter() - start, 1), "lm_calls": 0}
+    report = ingest(paths, collection=collections["plain"], runs_dir=args.runs_dir, max_tokens=args.max_tokens)
+    setup["plain"] = {"ingest_s": round(time.perf_counter() - start, 1), "chunks": report.chunks, "lm_calls": 0}
     if any(c.startswith("contextual") for c in configs):
+        cost_file = records_dir / f"contextual-ingest-{tag}.json"
         start = time.perf_counter()
         with dspy.context(lm=lm, adapter=adapter), meter() as usage:
             report = ingest(
                 paths,
-                collection="contextual",
+                collection=collections["contextual"],
                 runs_dir=args.runs_dir,
                 contextual=True,
                 model=args.lm,
+                max_tokens=args.max_tokens,
                 max_document_chars=args.document_chars,
                 threads=args.threads,
             )
         setup["contextual"] = {
             "ingest_s": round(time.perf_counter() - start, 1),
+            "chunks": report.chunks,
             "lm_calls": usage.calls,
             "contexts_written": report.contexts_written,
             "contexts_cached": report.contexts_cached,
         }
-
+        paid = json.loads(cost_file.read_text(encoding="utf-8")) if cost_file.is_file() else {}
+        if report.contexts_written:  # the paying ingestion (or the rest of an interrupted one): keep its cost
+            paid = {key: paid.get(key, 0) + setup["contextual"][key] for key in ("lm_calls", "contexts_written")} | {
+                "ingest_s": round(paid.get("ingest_s", 0) + setup["contextual"]["ingest_s"], 1)
+            }
+            cost_file.write_text(json.dumps(paid) + "\n", encoding="utf-8")
+        setup["contextual"]["contexts_paid"] = paid
     print(f"setup: {json.dumps(setup)}", file=sys.stderr, flush=True)
+
     rows = []
     for config in configs:
-        store = Collection(config.split("+")[0], args.runs_dir)
+        store = Collection(collections[config.split("+")[0]], args.runs_dir)
         chunks = store.by_id()
         retriever = store.retriever()
-        if config.endswith("+rerank"):
-            retriever = Reranker(retriever, depth=args.rerank_depth, threads=args.threads)
-        recall, acc, em, calls, records = 0.0, 0.0, 0.0, 0, []
-        started = time.perf_counter()
-        with dspy.context(lm=lm, adapter=adapter):
+        reranker = Reranker(retriever, depth=args.depth, threads=args.threads) if config.endswith("+rerank") else None
+        records_path = records_dir / f"{config}-{tag}.jsonl"
+        records = {}
+        if records_path.is_file():
+            for line in records_path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    record = json.loads(line)
+                    records[record["id"]] = record
+        with dspy.context(lm=lm, adapter=adapter), records_path.open("a", encoding="utf-8") as sink:
             for q in questions:
+                if q["id"] in records:
+                    continue
+                before = Counter(reranker.grade_counts) if reranker is not None else Counter()
+                started = time.perf_counter()
                 with meter() as usage:
-                    passages = retriever(q["question"], args.k)
+                    passages = (reranker or retriever)(q["question"], args.k)
                     rag = RAG(retriever=lambda query, k, found=passages: found[:k], k=args.k)
                     try:
                         answer = str(rag(question=q["question"]).answer)
                     except AdapterParseError as error:
                         answer = ""
                         logging.warning("question %s: %s", q["id"], error)
-                pages = {(chunks[p.id]["document"], chunks[p.id]["page"]) for p in passages}
-                hit = any((q["document"], page) in pages for page in q["pages"])
-                recall += hit
-                acc += accuracy(answer, q["answers"])
-                em += exact_match(answer, q["answers"])
-                calls += usage.calls
-                records.append({"id": q["id"], "kind": q["kind"], "hit": hit, "answer": answer})
-        n = len(questions)
-        seconds = time.perf_counter() - started
-        by_kind = {
-            kind: round(
-                100
-                * sum(r["hit"] for r in records if r["kind"] == kind)
-                / max(1, sum(r["kind"] == kind for r in records)),
-                1,
-            )
-            for kind in ("text", "table", "picture")
-        }
+                record = {
+                    "id": q["id"],
+                    "kind": q["kind"],
+                    "rank": answer_rank(passages, chunks, q),
+                    "answer_in_passages": answer_in(passages, q["answers"]),
+                    "answer": answer,
+                    "acc": accuracy(answer, q["answers"]),
+                    "em": exact_match(answer, q["answers"]),
+                    "lm_calls": usage.calls,
+                    "seconds": round(time.perf_counter() - started, 2),
+                    "grades": dict((reranker.grade_counts - before) if reranker is not None else {}),
+                }
+                records[q["id"]] = record
+                sink.write(json.dumps(record) + "\n")
+                sink.flush()
+        done = [records[q["id"]] for q in questions]
+        n = len(done)
+        grades = sum((Counter(r["grades"]) for r in done), Counter())
         rows.append(
             {
                 "config": config,
                 "n": n,
-                "recall_at_5": round(100 * recall / n, 1),
-                "recall_by_kind": by_kind,
-                "acc": round(100 * acc / n, 1),
-                "em": round(100 * em / n, 1),
-                "lm_calls_per_q": round(calls / n, 2),
-                "s_per_q": round(seconds / n, 2),
-                "records": records,
+                "chunks": len(chunks),
+                "recall_at_1": round(100 * sum(r["rank"] == 1 for r in done) / n, 1),
+                "recall_at_k": round(100 * sum(r["rank"] is not None for r in done) / n, 1),
+                "answer_at_k": round(100 * sum(r["answer_in_passages"] for r in done) / n, 1),
+                "recall_at_k_by_kind": {
+                    kind: round(
+                        100
+                        * sum(r["rank"] is not None for r in done if r["kind"] == kind)
+                        / max(1, sum(r["kind"] == kind for r in done)),
+                        1,
+                    )
+                    for kind in ("text", "table", "picture")
+                },
+                "acc": round(100 * sum(r["acc"] for r in done) / n, 1),
+                "em": round(100 * sum(r["em"] for r in done) / n, 1),
+                "lm_calls_per_q": round(sum(r["lm_calls"] for r in done) / n, 2),
+                "s_per_q": round(sum(r["seconds"] for r in done) / n, 2),
+                "grades": dict(grades),
+                "records": done,
             }
         )
+        row = rows[-1]
         print(
-            f"{config}: R@5 {rows[-1]['recall_at_5']} Acc {rows[-1]['acc']} EM {rows[-1]['em']} "
-            f"({rows[-1]['lm_calls_per_q']} calls/q, {seconds:.0f} s)",
+            f"{config}: R@1 {row['recall_at_1']} R@{args.k} {row['recall_at_k']} Acc {row['acc']} EM {row['em']} "
+            f"({row['lm_calls_per_q']} calls/q, {row['s_per_q']} s/q) grades {row['grades']}",
             file=sys.stderr,
             flush=True,
         )
 
-    columns = ("config", "n", "R@5", "R@5 text", "table", "picture", "Acc", "EM", "calls/q", "s/q")
-    widths = (20, 3, 6, 9, 6, 8, 6, 6, 8, 6)
+    k = args.k
+    print(f"LM {args.lm}, {args.max_tokens}-word chunks, k={k}, rerank depth {args.depth}, {len(questions)} questions")
+    columns = ("config", "chunks", "R@1", f"R@{k}", f"Ans@{k}", "Acc", "EM", "calls/q", "s/q")
+    widths = (18, 6, 6, 6, 6, 6, 6, 8, 6)
     header = " ".join(
         f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(columns, widths, strict=True))
     )
-    print(f"LM {args.lm}, k={args.k}, rerank depth {args.rerank_depth}, {len(questions)} questions")
     print(header)
     print("-" * len(header))
     for row in rows:
-        kinds = row["recall_by_kind"]
-        values = (
-            row["config"], row["n"], row["recall_at_5"], kinds["text"], kinds["table"], kinds["picture"],
-            row["acc"], row["em"], row["lm_calls_per_q"], row["s_per_q"],
-        )  # fmt: skip
-        cells = [f"{values[0]:<{widths[0]}}", f"{values[1]:>{widths[1]}}"]
-        cells += [f"{v:>{w}.1f}" for v, w in zip(values[2:8], widths[2:8], strict=True)]
-        cells += [f"{v:>{w}.2f}" for v, w in zip(values[8:], widths[8:], strict=True)]
+        values = (row["recall_at_1"], row["recall_at_k"], row["answer_at_k"], row["acc"], row["em"])
+        cells = [f"{row['config']:<{widths[0]}}", f"{row['chunks']:>{widths[1]}}"]
+        cells += [f"{v:>{w}.1f}" for v, w in zip(values, widths[2:7], strict=True)]
+        cells += [f"{row['lm_calls_per_q']:>{widths[7]}.2f}", f"{row['s_per_q']:>{widths[8]}.1f}"]
         print(" ".join(cells))
+    for row in rows:
+        if row["grades"]:
+            print(f"grades {row['config']}: {json.dumps(row['grades'])}")
     for name, info in setup.items():
         print(f"ingest {name}: {json.dumps(info)}")
     if args.json_path is not None:
         args.json_path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"lm": args.lm, "k": args.k, "rerank_depth": args.rerank_depth, "setup": setup, "rows": rows}
+        payload = {**settings, "setup": setup, "rows": rows}
         args.json_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     return 0
 

@@ -1,21 +1,29 @@
-"""Reranking: an LM relevance grader over a first-stage ranking, then a token-budget cut.
+"""Reranking: an LM relevance grader over a deeper first-stage ranking, then a token-budget cut.
 
 No cross-encoder ships its weights in a PyPI package (STACK-NOTES; ``flashrank`` 0.2.10 downloads its model
 at run time), so the reranker is the LM itself: ``Predict(Grade)`` judges each of the first ``depth``
 candidates (relevant / ambiguous / irrelevant, as in CRAG and Self-RAG) and the candidates are reordered by
-grade, ties kept in first-stage order. The grader is a DSPy predictor, so a program holding a ``Reranker`` as
-its retriever compiles it too (``program.retriever.grade``). After reranking, ``k`` passages are kept and, when
-``budget`` is set, cut to the passages that fit in ``budget`` tokens (``trim_to_budget``).
+grade, ties kept in first-stage order, so with ``depth`` > ``k`` a passage graded relevant climbs from below
+the cut. The grader is a DSPy predictor, so a program holding a ``Reranker`` as its retriever compiles it too
+(``program.retriever.grade``). After reranking, ``k`` passages are kept and, when ``budget`` is set, cut to the
+passages that fit in ``budget`` tokens (``trim_to_budget``). A kept passage's ``score`` is its grade
+(``GRADE_SCORE``: 1 relevant, 0.5 ambiguous, 0 irrelevant).
+
+With the local engine a grade is a constrained choice (the adapter sends the options as a JSON-schema enum
+and the engine answers with the most likely one), so it always parses; the engine returns the option, not its
+probability, so candidates are ordered by the three-way label rather than by P(relevant). With an LM that
+cannot constrain its reply, a grade that cannot be parsed scores as "ambiguous" (logged, and counted as
+"unparsed" in ``grade_counts``), so one bad reply does not lose the question.
 
 A ``Reranker`` is itself a retriever (``reranker(query, k) -> list[Passage]``, most relevant first). Grades are
-requested in ``threads`` threads so a batching local engine can answer them together; a grade that cannot be
-parsed counts as "ambiguous" (logged), so one bad reply does not lose the question.
+requested in ``threads`` threads so a batching local engine can answer them together.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -28,11 +36,11 @@ from ragscale.signatures import Grade
 
 logger = logging.getLogger(__name__)
 
-GRADE_ORDER = {"relevant": 0, "ambiguous": 1, "irrelevant": 2}
+GRADE_SCORE = {"relevant": 1.0, "ambiguous": 0.5, "irrelevant": 0.0}
 
 
 class Reranker(dspy.Module):
-    """retrieve(query, depth) -> grade each -> order by grade -> top k -> cut to ``budget`` tokens."""
+    """retrieve(query, max(k, depth)) -> grade each -> order by grade -> top k -> cut to ``budget`` tokens."""
 
     def __init__(
         self,
@@ -49,13 +57,14 @@ class Reranker(dspy.Module):
         self.retriever, self.depth, self.budget, self.threads = retriever, depth, budget, threads
         self.count_tokens = count_tokens
         self.grade = dspy.Predict(Grade)
+        self.grade_counts: Counter[str] = Counter()  # every grade given so far, "unparsed" for a failed parse
 
     def _grade(self, query: str, passage: Passage) -> str:
         try:
             return str(self.grade(question=query, document=format_passage(passage)).grade)
         except AdapterParseError as error:
             logger.warning("could not grade passage %s: %s", passage.id, error)
-            return "ambiguous"
+            return "unparsed"
 
     def forward(self, query: str, k: int) -> list[Passage]:
         if k <= 0:
@@ -67,8 +76,10 @@ class Reranker(dspy.Module):
                 grades = [future.result() for future in futures]
         else:
             grades = [self._grade(query, p) for p in candidates]
-        order = sorted(range(len(candidates)), key=lambda i: (GRADE_ORDER.get(grades[i], 1), i))
-        ranked = [replace(candidates[i], score=float(-GRADE_ORDER.get(grades[i], 1))) for i in order][:k]
+        self.grade_counts.update(grades)
+        scores = [GRADE_SCORE.get(grade, GRADE_SCORE["ambiguous"]) for grade in grades]
+        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+        ranked = [replace(candidates[i], score=scores[i]) for i in order][:k]
         if self.budget is not None:
             ranked = trim_to_budget(ranked, self.budget, self.count_tokens)
         return ranked

@@ -233,6 +233,17 @@ def test_the_reranker_orders_candidates_by_grade_and_cuts_to_the_budget():
     assert [p.id for p in cut] == ["2", "3"]  # "doc, page 2: text 2" is 5 words; the third would pass 10
 
 
+def test_a_passage_graded_relevant_climbs_from_below_the_cut_and_scores_its_grade():
+    from ragscale.programs.retrieval import Passage
+    from ragscale.programs.retrieval.rerank import Reranker
+
+    found = [Passage(id=str(i), title=f"doc, page {i}", text=f"text {i}") for i in range(1, 5)]
+    grades = [{"grade": g} for g in ("irrelevant", "ambiguous", "irrelevant", "relevant")]
+    with dspy.context(lm=DummyLM(grades), adapter=dspy.ChatAdapter()):
+        ranked = Reranker(_fixed_retriever(found), depth=4, threads=1)("q", 2)
+    assert [(p.id, p.score) for p in ranked] == [("4", 1.0), ("2", 0.5)]
+
+
 def test_a_program_compiles_the_rerankers_grader_and_shares_its_retriever():
     import copy
 
