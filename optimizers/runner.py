@@ -108,11 +108,13 @@ def build_program(config: RunConfig, retriever):
 
 
 def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None):
-    """Compile `program` on `trainset` with the configured teleprompter (`none` returns it as it is)."""
+    """Compile `program` on `trainset` with the configured teleprompter (`none` returns it as it is); its Grade
+    predictors (CRAG, Self-RAG) are then compiled on their own relevance labels (`compile_graders`)."""
+    from ragscale.optimizers.graders import compile_graders
     from ragscale.optimizers.metrics import METRICS
     from ragscale.optimizers.teleprompters import compile_program
 
-    return compile_program(
+    compiled = compile_program(
         program,
         list(trainset),
         optimizer=config.optimizer,
@@ -123,6 +125,10 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         adapter=adapter,
         seed=config.seed,
     )
+    return compile_graders(
+        compiled, list(trainset), optimizer=config.optimizer, max_demos=config.max_demos, lm=lm, adapter=adapter,
+        seed=config.seed,
+    )  # fmt: skip
 
 
 def fits_context(program, lm, adapter, examples: Sequence, *, percentile: float = 95.0) -> dict[str, int]:

@@ -63,8 +63,11 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
     "#1" in a step is replaced by step 1's answer) also offers, per step, a Decompose demonstration (follow-ups
     so far -> that step's question), an AnswerSub one (documents retrieved for the step -> its answer), and a
     last Decompose one saying no follow-up is needed. Without a decomposition IterDRAG's decompose and
-    answer_sub get no labeled demonstrations: only its final synthesize does.
+    answer_sub get no labeled demonstrations: only its final synthesize does. A relevance-labelled passage
+    (``ragscale.optimizers.graders.grade_examples``: question, document, grade) offers itself, a Grade demo.
     """
+    if "grade" in example:
+        return [dict(question=example.question, document=example.document, grade=example.grade)]
     steps: list[tuple[str, str]] = []
     for step in example.get("decomposition") or []:
         sub_question = step["question"]

@@ -1,0 +1,105 @@
+"""How well does the Grade predictor of CRAG and Self-RAG judge passages, before and after compiling on labels?
+
+    python benchmarks/graders.py [--lm smollm2-135m] [--limit 50] [--train-limit 32]
+                                 [--optimizers none,labeled,bootstrap] [--max-demos 4] [--json FILE]
+
+The labels come from the data: for each question, one supporting paragraph ("relevant") and one other paragraph
+of the question ("irrelevant"), so half of the passages are relevant (`ragscale.optimizers.graders.grade_examples`).
+Each optimizer compiles a fresh `Predict(Grade)` on the first `--train-limit` HotpotQA train questions with
+`compile_graders` (the path `ragscale run` takes for CRAG and Self-RAG) and is scored on the first `--limit` dev
+questions: accuracy, recall of each label, how often the grader said "ambiguous" (never right: the labels are
+binary), and the LM calls and wall time of compiling and of grading. DSPy's cache is off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+COLUMNS = ("optimizer", "demos", "accuracy", "relevant recall", "irrelevant recall", "ambiguous",
+           "compile LM calls", "compile s", "grade s")  # fmt: skip
+
+
+def score(grader, examples, threads: int) -> dict:
+    def one(example):
+        return grader(**example.inputs()).grade
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:  # each task runs in a copy of this thread's dspy.context
+        grades = [f.result() for f in [pool.submit(contextvars.copy_context().run, one, e) for e in examples]]
+    seconds = time.perf_counter() - start
+
+    def share(rows) -> float:
+        return 100.0 * sum(g == e.grade for e, g in rows) / max(1, len(rows))
+
+    pairs = list(zip(examples, grades, strict=True))
+    return {
+        "accuracy": share(pairs),
+        "relevant_recall": share([p for p in pairs if p[0].grade == "relevant"]),
+        "irrelevant_recall": share([p for p in pairs if p[0].grade == "irrelevant"]),
+        "ambiguous": 100.0 * grades.count("ambiguous") / len(grades),
+        "grade_s": seconds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lm", default="smollm2-135m")
+    parser.add_argument("--limit", type=int, default=50, help="dev questions (two labelled passages each)")
+    parser.add_argument("--train-limit", type=int, default=32, help="train questions the teleprompter sees")
+    parser.add_argument("--optimizers", default="none,labeled,bootstrap")
+    parser.add_argument("--max-demos", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    from ragscale.optimizers.cli import OFFLINE_ENV
+
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+    import dspy
+
+    from ragscale.data import load_split
+    from ragscale.optimizers.graders import compile_graders, grade_examples
+    from ragscale.optimizers.runner import load_named_lm, make_adapter
+    from ragscale.programs.lm import meter
+    from ragscale.signatures import Grade
+
+    lm = load_named_lm(args.lm, cache=False)
+    adapter = make_adapter("field")
+    train = load_split("hotpotqa", "train")[: args.train_limit]
+    dev = grade_examples(load_split("hotpotqa", "dev")[: args.limit])
+    rows = []
+    with dspy.context(lm=lm, adapter=adapter):
+        for optimizer in [o.strip() for o in args.optimizers.split(",") if o.strip()]:
+            start = time.perf_counter()
+            with meter() as usage:
+                grader = compile_graders(
+                    dspy.Predict(Grade), train, optimizer=optimizer, max_demos=args.max_demos, lm=lm, adapter=adapter
+                )
+            row = {"optimizer": optimizer, "demos": len(grader.demos), "compile_lm_calls": usage.calls,
+                   "compile_s": time.perf_counter() - start}  # fmt: skip
+            row.update(score(grader, dev, args.threads))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+    print(f"\n{args.lm}: {len(dev)} HotpotQA dev passages ({args.limit} questions), {len(train)} train questions\n")
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|---|" + "--:|" * (len(COLUMNS) - 1))
+    for r in rows:
+        cells = [r["optimizer"], str(r["demos"]), f"{r['accuracy']:.1f}", f"{r['relevant_recall']:.1f}",
+                 f"{r['irrelevant_recall']:.1f}", f"{r['ambiguous']:.1f}", str(r["compile_lm_calls"]),
+                 f"{r['compile_s']:.0f}", f"{r['grade_s']:.0f}"]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+    if args.json:
+        args.json.write_text(json.dumps({"lm": args.lm, "n": len(dev), "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

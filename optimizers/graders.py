@@ -1,0 +1,69 @@
+"""Graders learned from labels: a passage is relevant to a question when its title is a supporting title.
+
+CRAG and Self-RAG judge each retrieved passage with ``Predict(Grade)``. Compiling the whole method against EM
+teaches that predictor only from traces that happened to end in a right answer, so ``compile_graders`` compiles
+every Grade predictor of a program on its own task: ``grade_examples`` turns question-answering examples into
+(question, document) -> grade examples, one supporting paragraph ("relevant") and one other paragraph
+("irrelevant") per question, and the run's teleprompter compiles a fresh ``Predict(Grade)`` on them against
+``grade_match``. Its demonstrations (and, from ``mipro``, its instructions) replace those of the program's graders.
+"""
+
+from collections.abc import Sequence
+
+import dspy
+
+from ragscale.programs.retrieval import Passage, format_passage
+from ragscale.signatures import Grade
+
+
+def grade_examples(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
+    """Two labelled passages per example with paragraphs: a supporting one, then (if any) another one."""
+    labelled = []
+    for example in examples:
+        paragraphs = example.get("paragraphs") or []
+        supporting = [p for p in paragraphs if p["is_supporting"]]
+        others = [p for p in paragraphs if not p["is_supporting"]]
+        for paragraph, grade in ((supporting[:1], "relevant"), (others[:1], "irrelevant")):
+            for p in paragraph:
+                document = format_passage(Passage(id=p["title"], title=p["title"], text=p["text"]))
+                labelled.append(
+                    dspy.Example(question=example.question, document=document, grade=grade).with_inputs(
+                        "question", "document"
+                    )
+                )
+    return labelled
+
+
+def grade_match(example: dspy.Example, pred: dspy.Prediction, trace=None) -> float:
+    """1.0 when the predicted grade is the label; "ambiguous" never matches a binary label."""
+    return float(pred.grade == example.grade)
+
+
+def graders(program: dspy.Module) -> list[dspy.Predict]:
+    """The program's predictors whose signature is Grade's (question, document -> grade)."""
+    fields = set(Grade.fields)
+    return [p for p in program.predictors() if set(p.signature.fields) == fields]
+
+
+def compile_graders(
+    program: dspy.Module, trainset: Sequence[dspy.Example], *, optimizer: str, max_demos: int = 4, **kwargs
+) -> dspy.Module:
+    """Compile one ``Predict(Grade)`` on ``grade_examples(trainset)`` with ``optimizer`` and give its demos and
+    instructions to every grader of ``program`` (changed in place and returned). ``kwargs`` go to
+    ``compile_program`` (lm, adapter, seed, ...). A program without graders, or ``none``, is returned as it is."""
+    from ragscale.optimizers.teleprompters import compile_program
+
+    targets = graders(program)
+    if not targets or optimizer == "none":
+        return program
+    labelled = grade_examples(trainset)
+    if not labelled:
+        raise ValueError("compile_graders: no training example has paragraphs to label (field 'paragraphs')")
+    grader = compile_program(
+        dspy.Predict(Grade), labelled, optimizer=optimizer, metric=grade_match, max_demos=max_demos, **kwargs
+    )
+    learned = grader.predictors()[0]
+    for target in targets:
+        target.demos = [dspy.Example(dict(demo.items())) for demo in learned.demos]
+        target.signature = target.signature.with_instructions(learned.signature.instructions)
+    return program

@@ -1,0 +1,71 @@
+"""Graders compiled on relevance labels from the data (a passage is relevant when its title is supporting)."""
+
+from pathlib import Path
+
+import dspy
+from dspy.utils import DummyLM
+
+from ragscale.data import load_jsonl
+from ragscale.optimizers.graders import compile_graders, grade_examples, grade_match, graders
+from ragscale.programs import CRAG, RAG
+from ragscale.programs.retrieval import Passage
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hotpotqa_mini.jsonl"
+
+
+def no_retrieval(query: str, k: int) -> list[Passage]:
+    return []
+
+
+def test_grade_examples_label_a_supporting_paragraph_relevant_and_another_irrelevant():
+    examples = load_jsonl(FIXTURE)[:3]
+    labelled = grade_examples(examples)
+    assert len(labelled) == 6
+    for example, (relevant, irrelevant) in zip(examples, zip(labelled[::2], labelled[1::2], strict=True), strict=True):
+        assert (relevant.grade, irrelevant.grade) == ("relevant", "irrelevant")
+        assert relevant.question == irrelevant.question == example.question
+        assert relevant.document.split(":")[0] in example.supporting_titles
+        assert irrelevant.document.split(":")[0] not in example.supporting_titles
+        assert set(relevant.inputs().keys()) == {"question", "document"}
+
+
+def test_grade_match_is_one_only_for_the_label():
+    example = dspy.Example(question="q", document="d", grade="relevant")
+    assert grade_match(example, dspy.Prediction(grade="relevant")) == 1.0
+    assert grade_match(example, dspy.Prediction(grade="ambiguous")) == 0.0
+
+
+def test_labeled_crag_graders_get_label_demos_and_other_predictors_keep_theirs():
+    program = CRAG(no_retrieval, k=2)
+    compile_graders(program, load_jsonl(FIXTURE), optimizer="labeled", max_demos=4)
+    (grader,) = graders(program)
+    assert grader is program.grade and len(grader.demos) == 4
+    assert {d.grade for d in grader.demos} <= {"relevant", "irrelevant"}
+    assert all(set(d.keys()) == {"question", "document", "grade"} for d in grader.demos)
+    assert program.answer.demos == [] and program.rewrite.demos == []
+    assert graders(RAG(no_retrieval)) == []
+
+
+def test_bootstrapped_graders_keep_only_traces_that_match_the_label():
+    lm = DummyLM([{"grade": "relevant"}] * 50)  # right on the supporting paragraphs, wrong on the others
+    program = CRAG(no_retrieval, k=2)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        compile_graders(program, load_jsonl(FIXTURE)[:4], optimizer="bootstrap", max_demos=2)
+    assert [d.grade for d in program.grade.demos] == ["relevant", "relevant"]
+    assert all(d.get("augmented") for d in program.grade.demos)
+
+
+def test_none_leaves_the_graders_untrained():
+    program = CRAG(no_retrieval, k=2)
+    compile_graders(program, load_jsonl(FIXTURE), optimizer="none")
+    assert program.grade.demos == []
+
+
+def test_the_runner_compiles_crag_with_label_trained_graders():
+    from ragscale.optimizers.config import RunConfig
+    from ragscale.optimizers.runner import compile_for
+
+    config = RunConfig(method="crag", dataset="hotpotqa", optimizer="labeled", max_demos=2)
+    program = compile_for(config, CRAG(no_retrieval, k=2), load_jsonl(FIXTURE), lm=DummyLM([]))
+    assert len(program.grade.demos) == 2
+    assert all(set(d.keys()) == {"question", "document", "grade"} for d in program.grade.demos)
