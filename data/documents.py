@@ -665,6 +665,18 @@ def parse_text_file(
     ]
 
 
+def folder_documents(folder: str | Path) -> list[Path]:
+    """The files under ``folder`` (recursively, sorted) with a supported suffix; hidden ones are skipped."""
+    folder = Path(folder)
+    return sorted(
+        path
+        for path in folder.rglob("*")
+        if path.is_file()
+        and path.suffix.lower() in SUFFIXES
+        and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+    )
+
+
 def load_document(
     path: str | Path,
     *,

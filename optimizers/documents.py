@@ -295,13 +295,16 @@ def ingest(
     threads: int = 4,
     build_index: bool = True,
 ) -> IngestReport:
-    """Ingest `paths` into `collection` (see the module docstring). With `contextual`, the LM (and adapter)
-    configured in `dspy.settings` writes the contexts and `model` names it in the cache key."""
+    """Ingest `paths` (files, or folders: their supported files, recursively) into `collection` (see the module
+    docstring). With `contextual`, the LM (and adapter) configured in `dspy.settings` writes the contexts and
+    `model` names it in the cache key."""
     from ragscale.data.documents import (
         DEFAULT_MAX_TOKENS,
+        SUFFIXES,
         DocumentError,
         document_source,
         file_sha256,
+        folder_documents,
         load_document,
     )
 
@@ -314,8 +317,17 @@ def ingest(
         "pictures": getattr(describer, "method", None) or ("ocr" if ocr else "caption"),
     }
     documents = store.manifest.setdefault("documents", {})
+    files: list[Path] = []
     for raw in paths:
         path = Path(raw)
+        if not path.is_dir():
+            files.append(path)
+        elif found := folder_documents(path):
+            files.extend(found)
+        else:
+            report.failed[str(path)] = f"{path}: a folder without {', '.join(SUFFIXES)} files"
+            log.error("%s", report.failed[str(path)])
+    for path in files:
         source = document_source(path)
         try:
             digest = file_sha256(path) if path.is_file() else ""
@@ -439,7 +451,9 @@ def _add_ingest(subparsers) -> None:
         description="Unchanged files are skipped; changed ones are replaced; unreadable ones are reported and "
         "the others still ingested (exit code 1 if any failed).",
     )
-    ingest_cmd.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files to ingest")
+    ingest_cmd.add_argument(
+        "paths", nargs="+", type=Path, metavar="PATH", help="files, or folders (their supported files, recursively)"
+    )
     ingest_cmd.add_argument("--collection", required=True, help="collection name (runs/collections/NAME)")
     ingest_cmd.add_argument("--contextual", action="store_true", help="prepend an LM-written context to each chunk")
     ingest_cmd.add_argument("--lm", default="smollm2-135m", help="LM for --contextual (default: smollm2-135m)")
@@ -471,6 +485,10 @@ def _cmd_ingest(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
     if bool(args.vlm_url) != bool(args.vlm_model):
         raise ConfigError("--vlm-url and --vlm-model go together")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be >= 1 word, got {args.max_tokens}")
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     describer = VLMDescriber(args.vlm_url, args.vlm_model) if args.vlm_url else None
     common = {
         "collection": args.collection,
@@ -526,6 +544,10 @@ def _cmd_ask(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if not Collection(args.collection, args.runs_dir).exists:
         raise ConfigError(f"no collection {args.collection!r} under {args.runs_dir / 'collections'}")
+    if args.k < 1 or args.rerank < 0:
+        raise ConfigError(f"--k must be >= 1 and --rerank >= 0, got --k {args.k} --rerank {args.rerank}")
+    if not args.question.strip():
+        raise ConfigError("the question is empty")
     lm = _load_lm(args.lm, args.api_base)
     with dspy.context(lm=lm, adapter=make_adapter(args.adapter)):
         result = ask(
@@ -541,6 +563,8 @@ def _cmd_ask(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     names = {}
     for chunk in Collection(args.collection, args.runs_dir).chunks:
         names.setdefault(chunk["document"], set()).add(chunk.get("source", ""))
+    if not result["sources"]:
+        print(f"  (none: {args.method} answered without passages)")
     for number, source in enumerate(result["sources"], start=1):
         where = f" ({source['source']})" if len(names.get(source["document"], ())) > 1 else ""
         print(f"  [{number}] {source['document']}{where}, page {source['page']}, {source['kind']}")
