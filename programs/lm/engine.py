@@ -336,6 +336,8 @@ class TorchEngine:
         import torch
         from transformers import DynamicCache
 
+        from ragscale.programs.lm.kv import BufferLayer
+
         n_prefix, prefix = self._prefix(jobs, limit)
         self.batch_sizes[len(jobs)] += 1
         self.prefix_tokens_reused += n_prefix * len(jobs)
@@ -349,9 +351,12 @@ class TorchEngine:
             mask[i, n_prefix + width - len(row) :] = 1
         ids, mask = ids.to(self.model.device), mask.to(self.model.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, n_prefix:]
-        # a fresh cache per batch: the retained prefix tensors are expanded and concatenated, never written to
-        layers = [(k.expand(len(jobs), -1, -1, -1), v.expand(len(jobs), -1, -1, -1)) for k, v, *_ in prefix or ()]
-        cache = DynamicCache(layers or None, config=self.model.config)
+        # a fresh cache per batch, one buffer per layer sized for the whole generation: the retained prefix is
+        # copied in once and every step writes its keys/values in place (concatenating would copy it all per step)
+        capacity = n_prefix + width + max(j.max_new for j in jobs)
+        cache = DynamicCache(config=self.model.config)
+        prefix_layers = list(prefix) if prefix is not None else [(None, None)] * len(cache.layers)
+        cache.layers = [BufferLayer(len(jobs), capacity, k, v) for k, v, *_ in prefix_layers]
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
