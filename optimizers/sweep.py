@@ -5,13 +5,19 @@ IterDRAG only; single-step methods have n = 0), plus two baselines for the alloc
 (closed-book with 0 and with 1 shot). In order:
 
 1. **Estimate.** Each configuration's effective context (all input tokens of all LM calls for one question) is
-   estimated before anything runs, by rendering its calls through the real adapter and the LM's chat template and
+   estimated before it runs, by rendering its calls through the real adapter and the LM's chat template and
    counting them with the LM's tokenizer (`count_tokens`), on the run's first 20 real questions with the
    documents the sweep's retriever finds for them, and the labeled demonstrations the teleprompter would pick
-   (`labeled_fields`: the same train questions, with their retrieved documents) for the shots. IterDRAG is estimated at
-   its maximum: every iteration used (two Decompose calls, one AnswerSub), then Synthesize over k * (n + 1)
-   documents -- an upper bound, as the loop may stop early. Configurations over the largest budget, or whose
-   longest call exceeds the LM's context window, are skipped.
+   (`labeled_fields`: the same train questions, with their retrieved documents) for the shots. What the tokens
+   cannot say -- how many follow-ups IterDRAG asks before it stops, how often the adapter must ask again for a
+   reply it could not read -- is learned from the configurations of the same method and shot count already
+   finished in this sweep (their per-question records: `ContextEstimator.calibrate`), and each estimate says its
+   basis: "calibrated (N runs)"; "bound" (IterDRAG with nothing learned: every iteration used, an upper bound);
+   "counted" (a single-step method with nothing learned: each call once, a floor that retries add to). The sweep
+   re-estimates each configuration just before running it, with what the ones before it taught, and keeps that
+   estimate with its result. A configuration is skipped only when it cannot fit: even its fewest tokens (IterDRAG
+   stopping at its first decomposition, every reply read at once) exceed the largest budget, or its longest call,
+   every iteration used, exceeds the LM's context window.
 2. **Plan.** Time per configuration = questions x (input tokens / prefill rate + output tokens / decode rate),
    with rates fitted on earlier runs of this LM in the ledger when there are some, else measured by two tiny
    timed calls (`measure_speed`).
@@ -36,22 +42,28 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import random
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragscale.optimizers import allocation, tracking
 from ragscale.optimizers.config import ConfigError, RunConfig
+
+if TYPE_CHECKING:
+    from ragscale.programs.retrieval import Passage
 
 log = logging.getLogger(__name__)
 
 SWEEP_METHODS = ("rag", "drag", "iterdrag")
 BASELINE = "closed-book"
 SWEEP_KEY_TAG = "ragscale.sweep_key"
+ESTIMATE_TAG = "ragscale.sweep_estimate"  # the estimate made just before the configuration ran, as JSON
 LEDGER = "ledger.json"
 RESULTS = "results.json"
 TABLE = "table.md"
@@ -164,12 +176,51 @@ def prompt_tokens(lm, messages: list[dict]) -> int:
     return sum(count_tokens(lm, str(m["content"])) + 4 for m in messages)
 
 
+Call = tuple[int, int]  # (input tokens, expected output tokens) of one LM call
+Calls = list[Call]  # the calls of one question along one path through a program
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What finished configurations taught (see `ContextEstimator.calibrate`): how often IterDRAG asked another
+    follow-up when it could, and how far the counted input tokens, output tokens and calls ran over those of the
+    paths the questions took (adapter retries of unreadable replies; real sub-questions instead of stand-ins)."""
+
+    runs: int
+    follow_up_rates: tuple[float, ...]  # per step s: P(another follow-up | a decomposition at step s); () if none
+    input_ratio: float = 1.0
+    output_ratio: float = 1.0
+    call_ratio: float = 1.0
+    retries_known: bool = True  # False: follow-up rates from other shot counts, ratios left at 1
+
+    def reaching(self, step: int) -> float:
+        """P(a question gets to decompose at `step`), steps no run observed counted as another follow-up."""
+        return math.prod(self.follow_up_rates[:step])
+
+    def weights(self, n: int) -> list[float]:
+        """P(j follow-ups asked), j = 0..n, for a program allowed n: past the observed steps, the bound."""
+        rates = [*self.follow_up_rates[:n], *[1.0] * (n - len(self.follow_up_rates))]
+        return [self.reaching(j) * (1 - rates[j]) for j in range(n)] + [self.reaching(n)]
+
+
 @dataclass(frozen=True)
 class Estimate:
-    tokens: float  # effective context per question (input tokens of all calls)
+    tokens: float  # expected effective context per question (input tokens of all calls): what the plan shows
     output_tokens: float
-    calls: int
-    longest_call: int  # the largest single prompt of the sample, for the context-window check
+    calls: float
+    longest_call: int  # the largest single call of the sample, every iteration used: for the context-window check
+    low: float  # the fewest tokens: IterDRAG stopping at its first decomposition, every reply read at the first try
+    high: float  # every iteration used, every reply read at the first try
+    basis: str  # "calibrated (N runs)", "follow-ups (N runs)", "bound" or "counted": see `ContextEstimator.estimate`
+
+
+def estimate_fields(estimate: Estimate) -> dict[str, Any]:
+    """What a finished configuration keeps of the estimate made just before it ran (its ledger row, its tag)."""
+    return {
+        "estimated_tokens": round(estimate.tokens, 1),
+        "estimated_calls": round(estimate.calls, 2),
+        "estimate_basis": estimate.basis,
+    }
 
 
 class ContextEstimator:
@@ -178,7 +229,7 @@ class ContextEstimator:
     def __init__(
         self, lm, adapter, train: Sequence, evalset: Sequence, *, retriever=None, sample: int = 20, seed: int = 0
     ):
-        from ragscale.programs.retrieval import Passage, format_passage
+        from ragscale.programs.retrieval import Passage
 
         self.lm, self.adapter, self.retriever, self.seed = lm, adapter, retriever, seed
         self.train = list(train)
@@ -186,28 +237,38 @@ class ContextEstimator:
         if not self.evalset:
             raise ConfigError("no evaluation questions to estimate the context from")
         self._pool = [
-            format_passage(Passage(id="", title=p["title"], text=p["text"]))
-            for ex in [*self.evalset, *self.train[:50]]
-            for p in (getattr(ex, "paragraphs", None) or [])
-        ] or [""]
-        self._retrieved: dict[tuple[str, int], list[str]] = {}
-        self._cache: dict[tuple, tuple[tuple[int, int], ...]] = {}
+            Passage(id=f"pool-{i}", title=p["title"], text=p["text"])
+            for i, p in enumerate(
+                p for ex in [*self.evalset, *self.train[:50]] for p in (getattr(ex, "paragraphs", None) or [])
+            )
+        ] or [Passage(id="pool-0", title="", text="")]
+        self._rankings: dict[tuple[str, int], list[Passage]] = {}
+        self._cache: dict[str, tuple[Call, ...]] = {}
+        self._asked: dict[str, list[tuple[str, str]]] = {}  # question id -> (sub-question, sub-answer) seen asked
+
+    def ranking(self, query: str, k: int) -> list[Passage]:
+        """The k passages the retriever finds for `query`, most relevant first; without a retriever, the first k
+        paragraphs of the pool (the data's own paragraphs)."""
+        if (query, k) not in self._rankings:
+            if self.retriever is None:
+                self._rankings[query, k] = list(itertools.islice(itertools.cycle(self._pool), k))
+            else:
+                self._rankings[query, k] = list(self.retriever(query, k))
+        return self._rankings[query, k]
 
     def retrieve(self, query: str, k: int) -> list[str]:
-        """The k documents the retriever finds for `query` as a program formats them; without a retriever, the
-        first k paragraphs of the pool (the data's own paragraphs)."""
+        """The k documents found for `query` as a program formats them (most relevant last)."""
         from ragscale.programs.retrieval import format_passage, most_relevant_last
 
-        if (query, k) not in self._retrieved:
-            if self.retriever is None:
-                found = list(itertools.islice(itertools.cycle(self._pool), k))
-            else:
-                found = [format_passage(p) for p in most_relevant_last(self.retriever(query, k))]
-            self._retrieved[query, k] = found
-        return self._retrieved[query, k]
+        return [format_passage(p) for p in most_relevant_last(self.ranking(query, k))]
 
-    def documents(self, example, k: int) -> list[str]:
-        return self.retrieve(example.question, k)
+    def observe(self, records: Iterable[Mapping]) -> None:
+        """Keep the follow-ups IterDRAG asked (with their answers) per question: later estimates use them as the
+        sub-questions of those questions instead of stand-ins."""
+        for record in records:
+            asked = list(zip(record.get("sub_questions") or [], record.get("intermediate_answers") or [], strict=False))
+            if len(asked) >= len(self._asked.get(str(record["id"]), [])):
+                self._asked[str(record["id"])] = asked
 
     def demos(self, program, shots: int, docs_per_demo: int) -> dict[str, list[dict]]:
         """Per predictor, the labeled demonstrations the `labeled` teleprompter would give it (the same sample of
@@ -253,61 +314,149 @@ class ContextEstimator:
             prefix += f"{self.adapter.header(name, field)} {rendered}\n"
         return calls
 
-    def _predictor_calls(self, program, name: str, demos: dict, inputs: dict, key: tuple) -> list[tuple[int, int]]:
+    def _predictor_calls(self, program, name: str, demos: dict, inputs: dict) -> list[Call]:
+        key = json.dumps([name, demos.get(name, []), inputs], sort_keys=True, default=str)
         if key not in self._cache:
             predictor = dict(program.named_predictors())[name]
             self._cache[key] = tuple(self._calls(predictor, demos.get(name, []), inputs))
         return list(self._cache[key])
 
-    def estimate(self, point: Point, docs_per_demo: int | None = None) -> Estimate:
+    def _program(self, point: Point):
         from ragscale.programs import PROGRAMS
 
-        docs_per_demo = point.docs if docs_per_demo is None else docs_per_demo
-        k, n = max(point.docs, 1), max(point.iterations, 1)
+        k = max(point.docs, 1)
         cls = PROGRAMS[point.method]
         if point.method == "iterdrag":
-            program = cls(retriever=None, k=k, max_iterations=n)
+            program = cls(retriever=None, k=k, max_iterations=max(point.iterations, 1))
         else:
             program = cls(retriever=None, k=k)
         program.retriever = None if point.method == BASELINE else "stand-in"
+        return program
+
+    def paths(self, point: Point, docs_per_demo: int | None = None) -> list[list[Calls]]:
+        """Per sample question, the calls of each path the program can take: one for a single-step method; for
+        IterDRAG, path j (j = 0..n) asks j follow-ups, then -- when j < n -- decomposes once more and stops, then
+        synthesizes over the documents gathered (`_iterdrag_paths`)."""
+        docs_per_demo = point.docs if docs_per_demo is None else docs_per_demo
+        k = max(point.docs, 1)
+        program = self._program(point)
         demos = self.demos(program, point.shots, docs_per_demo)
-        demo_key = (point.method, point.shots, docs_per_demo)
-        totals, outputs, calls, longest = [], [], 0, 0
-        for index, example in enumerate(self.evalset):
-            question, answer = example.question, (list(example.answers) or [""])[0]
-            sample_calls: list[tuple[int, int]] = []
+        out = []
+        for example in self.evalset:
             if point.method == "iterdrag":
-                follow_ups: list[str] = []
-                for step in range(n):
-                    sample_calls += self._predictor_calls(
-                        program, "decompose", demos, {"question": question, "follow_ups": list(follow_ups)},
-                        ("decompose", demo_key, step, index),
-                    )  # fmt: skip
-                    sample_calls += self._predictor_calls(
-                        program, "answer_sub", demos,
-                        {"documents": self.documents(example, k), "sub_question": question},
-                        ("answer_sub", demo_key, k, index),
-                    )  # fmt: skip
-                    follow_ups.append(f"Q: {question} A: {answer}")
-                sample_calls += self._predictor_calls(
-                    program, "synthesize", demos,
-                    {"documents": self.documents(example, k * (n + 1)), "question": question, "follow_ups": follow_ups},
-                    ("synthesize", demo_key, k, n, index),
-                )  # fmt: skip
+                out.append(self._iterdrag_paths(program, demos, example, k, max(point.iterations, 1)))
             elif point.method == BASELINE:
-                sample_calls += self._predictor_calls(
-                    program, "answer", demos, {"question": question}, ("closed", demo_key, index)
-                )
+                out.append([self._predictor_calls(program, "answer", demos, {"question": example.question})])
             else:
-                sample_calls += self._predictor_calls(
-                    program, "answer", demos, {"documents": self.documents(example, k), "question": question},
-                    ("answer", demo_key, k, index),
-                )  # fmt: skip
-            totals.append(sum(c[0] for c in sample_calls))
-            outputs.append(sum(c[1] for c in sample_calls))
-            calls = len(sample_calls)
-            longest = max([longest, *(c[0] + c[1] for c in sample_calls)])
-        return Estimate(sum(totals) / len(totals), sum(outputs) / len(outputs), calls, longest)
+                inputs = {"documents": self.retrieve(example.question, k), "question": example.question}
+                out.append([self._predictor_calls(program, "answer", demos, inputs)])
+        return out
+
+    def _iterdrag_paths(self, program, demos: dict, example, k: int, n: int) -> list[Calls]:
+        """IterDRAG's paths for one question, its forward pass replayed without the LM. The follow-ups are those
+        seen asked for this question in a finished configuration (`observe`); past those, stand-ins: the question
+        itself answered with its gold answer, and as its documents the next k the question ranks."""
+        from ragscale.programs.rag import merge_by_rank
+        from ragscale.programs.retrieval import format_passage, most_relevant_last
+
+        question, answer = example.question, (list(example.answers) or [""])[0]
+        seen = self._asked.get(str(example.id), [])
+        wide = self.ranking(question, k * (n + 1))
+        rankings, follow_ups, asked = [self.ranking(question, k)], [], []
+        paths = []
+        for step in range(n + 1):
+            decompose = self._predictor_calls(
+                program, "decompose", demos, {"question": question, "follow_ups": follow_ups}
+            )
+            documents = [format_passage(p) for p in most_relevant_last(merge_by_rank(rankings))]
+            synthesize = self._predictor_calls(
+                program, "synthesize", demos, {"documents": documents, "question": question, "follow_ups": follow_ups}
+            )
+            paths.append(asked + (decompose if step < n else []) + synthesize)
+            if step == n:
+                break
+            sub_question, sub_answer = seen[step] if step < len(seen) else (question, answer)
+            ranking = self.ranking(sub_question, k) if step < len(seen) else wide[k * (step + 1) : k * (step + 2)]
+            inputs = {
+                "documents": [format_passage(p) for p in most_relevant_last(ranking)],
+                "sub_question": sub_question,
+            }
+            asked = asked + decompose + self._predictor_calls(program, "answer_sub", demos, inputs)
+            rankings.append(ranking)
+            follow_ups = [*follow_ups, f"Q: {sub_question} A: {sub_answer}"]
+        return paths
+
+    def calibrate(self, finished: Iterable[tuple[Point, int | None, Sequence[Mapping]]]) -> Calibration | None:
+        """Learn from finished configurations -- (point, documents per demo, the run's per-question records) -- of one
+        method: at each decomposition step, the share of IterDRAG's decompositions that asked another follow-up (a
+        question that used j of n iterations decided at steps 0..min(j, n - 1) and asked at steps 0..j - 1), and the
+        ratios of the counted input tokens, output tokens and calls to those of the paths the sample questions took.
+        None when no record matches a sample question."""
+        asked: Counter[int] = Counter()
+        decided: Counter[int] = Counter()
+        counted: list[tuple[float, float, float]] = []  # per matched question: input tokens, output tokens, calls
+        predicted: list[tuple[float, float, float]] = []  # the same of the path it took
+        runs = 0
+        for point, docs_per_demo, records in finished:
+            by_id = {str(r["id"]): r for r in records}
+            matched = 0
+            for example, paths in zip(self.evalset, self.paths(point, docs_per_demo), strict=True):
+                record = by_id.get(str(example.id))
+                if record is None:
+                    continue
+                n = len(paths) - 1
+                used = min(len(record.get("sub_questions") or []), n)
+                asked.update(range(used))
+                decided.update(range(min(used + 1, n)))
+                path = paths[used]
+                counted.append((record["input_tokens"], record["output_tokens"], record["lm_calls"]))
+                predicted.append((sum(c[0] for c in path), sum(c[1] for c in path), len(path)))
+                matched += 1
+            runs += matched > 0
+        totals = [(sum(c[i] for c in counted), sum(p[i] for p in predicted)) for i in range(3)]
+        if not runs or not all(p for _, p in totals):
+            return None
+        rates = tuple(asked[step] / decided[step] for step in range(len(decided)))
+        return Calibration(runs, rates, *[c / p for c, p in totals])
+
+    def estimate(
+        self, point: Point, docs_per_demo: int | None = None, calibration: Calibration | None = None
+    ) -> Estimate:
+        """The expected effective context of `point` over the sample. With a calibration: the mean over its paths
+        weighted by the learned follow-up rates (`Calibration.weights`), times the learned ratios: "calibrated (N
+        runs)", or "follow-ups (N runs)" when only IterDRAG's rates were learned, from other shot counts, with ", bound
+        past s steps" when a question may reach a step no finished run decided at. Without one, IterDRAG at every
+        iteration ("bound": an upper bound on the program's calls) and a single-step method's calls once each
+        ("counted": a floor, adapter retries add to it)."""
+        paths = self.paths(point, docs_per_demo)
+        n = len(paths[0]) - 1
+        weights = [0.0] * n + [1.0]  # every iteration: the bound (a single-step method has one path)
+        ratios = (1.0, 1.0, 1.0)
+        basis = "bound" if n else "counted"
+        if calibration is not None:
+            weights = calibration.weights(n)
+            ratios = (calibration.input_ratio, calibration.output_ratio, calibration.call_ratio)
+            runs = f"{calibration.runs} run{'s' * (calibration.runs > 1)}"
+            basis = f"calibrated ({runs})" if calibration.retries_known else f"follow-ups ({runs})"
+            observed = len(calibration.follow_up_rates)
+            if n > observed and calibration.reaching(observed) > 0:
+                basis += f", bound past {observed} step{'s' * (observed > 1)}"
+
+        def mean(of: Callable[[list[Calls]], float]) -> float:
+            return sum(of(p) for p in paths) / len(paths)
+
+        def expected(of: Callable[[Calls], float]) -> float:
+            return mean(lambda ps: sum(w * of(p) for w, p in zip(weights, ps, strict=True)))
+
+        return Estimate(
+            tokens=ratios[0] * expected(lambda p: sum(c[0] for c in p)),
+            output_tokens=ratios[1] * expected(lambda p: sum(c[1] for c in p)),
+            calls=ratios[2] * expected(len),
+            longest_call=max(c[0] + c[1] for ps in paths for p in ps for c in p),
+            low=mean(lambda ps: sum(c[0] for c in ps[0])),
+            high=mean(lambda ps: sum(c[0] for c in ps[-1])),
+            basis=basis,
+        )
 
 
 # --- speed ------------------------------------------------------------------------------------------------------
@@ -434,6 +583,7 @@ def mlflow_rows(runs_dir: Path) -> dict[str, dict]:
             "lm_calls": metrics.get("lm_calls_per_question"),
             "eval_s": metrics.get("eval_s"),
             "wall_s": metrics.get("wall_s"),
+            **json.loads(run.data.tags.get(ESTIMATE_TAG, "{}")),
         }
     return rows
 
@@ -445,6 +595,7 @@ def mlflow_rows(runs_dir: Path) -> dict[str, dict]:
 class PlannedPoint:
     point: Point
     key: str
+    docs_per_demo: int
     estimate: Estimate
     seconds: float
     status: str  # "run", "done", "over budget", "over context window"
@@ -454,10 +605,78 @@ class PlannedPoint:
             **asdict(self.point),
             "key": self.key,
             "estimated_tokens": round(self.estimate.tokens, 1),
-            "estimated_calls": self.estimate.calls,
+            "estimated_low": round(self.estimate.low, 1),
+            "estimated_high": round(self.estimate.high, 1),
+            "estimated_calls": round(self.estimate.calls, 2),
+            "estimate_basis": self.estimate.basis,
             "estimated_s": round(self.seconds, 1),
             "status": self.status,
         }
+
+
+def run_records(runs_dir: Path, run_id: str) -> list[dict] | None:
+    """A finished run's per-question records (`predictions.jsonl`): from its work folder, else its MLflow artifact;
+    None when neither can be read."""
+    from mlflow.exceptions import MlflowException
+
+    from ragscale.optimizers.runner import PREDICTIONS
+
+    path = Path(runs_dir) / "work" / run_id / PREDICTIONS
+    try:
+        if not path.exists():
+            path = tracking.artifact_path(runs_dir, run_id, PREDICTIONS)
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, MlflowException) as exc:
+        log.warning("no per-question records for run %s (%s): it calibrates no estimate", run_id, exc)
+        return None
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+class Planner:
+    """Estimates grid points, calibrated on the configurations finished so far in this sweep (`calibration`):
+    `learn` a finished one, and later estimates of its method and shot count use it."""
+
+    def __init__(self, estimator: ContextEstimator, speed: Speed | None, n_questions: int):
+        self.estimator, self.speed, self.n_questions = estimator, speed, n_questions
+        self.finished: list[tuple[Point, int, list[dict]]] = []
+        self._learned: dict[tuple[str, int], Calibration | None] = {}
+
+    @classmethod
+    def for_run(cls, base: RunConfig, lm, train: Sequence, evalset: Sequence, *, retriever, speed: Speed | None):
+        from ragscale.optimizers.runner import make_adapter
+
+        estimator = ContextEstimator(
+            lm, make_adapter(base.adapter), train, evalset, retriever=retriever, seed=base.seed
+        )
+        return cls(estimator, speed, len(evalset))
+
+    def learn(self, point: Point, docs_per_demo: int, records: Sequence[Mapping] | None) -> None:
+        if records:
+            if point.method == "iterdrag":
+                self.estimator.observe(records)
+            self.finished.append((point, docs_per_demo, list(records)))
+            self._learned.clear()
+
+    def calibration(self, point: Point) -> Calibration | None:
+        """Learned from the finished configurations of the same method and shot count (demonstrations change how
+        a model replies: retries, follow-ups); without one, IterDRAG's follow-up rates from its other shot counts."""
+        group = (point.method, point.shots)
+        if group not in self._learned:
+            same = [f for f in self.finished if (f[0].method, f[0].shots) == group]
+            learned = self.estimator.calibrate(same)
+            if learned is None and point.method == "iterdrag":
+                others = self.estimator.calibrate([f for f in self.finished if f[0].method == point.method])
+                if others is not None:
+                    learned = Calibration(others.runs, others.follow_up_rates, retries_known=False)
+            self._learned[group] = learned
+        return self._learned[group]
+
+    def estimate(self, point: Point, docs_per_demo: int) -> tuple[Estimate, float]:
+        """The estimate of `point` and the seconds it should take (NaN without a speed)."""
+        estimate = self.estimator.estimate(point, docs_per_demo, self.calibration(point))
+        speed = self.speed
+        seconds = self.n_questions * speed.seconds(estimate.tokens, estimate.output_tokens) if speed else float("nan")
+        return estimate, seconds
 
 
 def plan(
@@ -472,42 +691,54 @@ def plan(
     docs_per_demo: int | None = None,
     tracked: Mapping[str, dict] | None = None,
     retriever=None,
+    planner: Planner | None = None,
 ) -> list[PlannedPoint]:
     """Every grid point with its key, estimated effective context and time, and whether it will run ("done" when
-    its key is in the ledger or in `tracked`, the sweep-tagged MLflow runs)."""
-    from ragscale.optimizers.runner import make_adapter
+    its key is in the ledger or in `tracked`, the sweep-tagged MLflow runs, whose per-question records calibrate
+    the estimates of their method). A point is skipped as "over budget" only when it cannot fit: even its fewest
+    tokens (`Estimate.low`) exceed the largest budget; as "over context window" when its longest call, every
+    iteration used, exceeds the LM's context window (the check the runner makes before running it)."""
     from ragscale.programs.lm import context_window
 
-    estimator = ContextEstimator(lm, make_adapter(base.adapter), train, evalset, retriever=retriever, seed=base.seed)
+    if planner is None:
+        planner = Planner.for_run(base, lm, train, evalset, retriever=retriever, speed=speed)
     fingerprint = data_fingerprint(train, evalset)
     window = context_window(lm)
-    n_questions = len(evalset)
-    planned = []
+    finished = {**(tracked or {}), **ledger}
+    points = []
     for point in grid_points(grid):
         config = point_config(base, point, docs_per_demo=docs_per_demo)
         key = config_key(config, fingerprint)
-        estimate = estimator.estimate(point, config.max_docs_per_demo)
-        seconds = n_questions * speed.seconds(estimate.tokens, estimate.output_tokens) if speed else float("nan")
-        if key in ledger or key in (tracked or {}):
+        points.append((point, key, config.max_docs_per_demo))
+        if key in finished:
+            planner.learn(point, config.max_docs_per_demo, run_records(base.runs_dir, finished[key]["run_id"]))
+    planned = []
+    for point, key, per_demo in points:
+        estimate, seconds = planner.estimate(point, per_demo)
+        if key in finished:
             status = "done"
-        elif estimate.tokens > max(grid.budgets):
+        elif estimate.low > max(grid.budgets):
             status = "over budget"
         elif estimate.longest_call > window:
             status = "over context window"
         else:
             status = "run"
-        planned.append(PlannedPoint(point, key, estimate, seconds, status))
+        planned.append(PlannedPoint(point, key, per_demo, estimate, seconds, status))
     return planned
 
 
 def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_questions: int) -> str:
     lines = [
-        "| configuration | est. tokens/question | LM calls | est. time | status |",
-        "|---|---:|---:|---:|---|",
+        "| configuration | est. tokens/question | estimate | fewest-most | LM calls | est. time | status |",
+        "|---|---:|---|---:|---:|---:|---|",
     ]
     for p in planned:
+        e = p.estimate
         time_text = f"{p.seconds / 60:.1f} min" if p.seconds == p.seconds else "?"
-        lines.append(f"| {p.point.label} | {p.estimate.tokens:,.0f} | {p.estimate.calls} | {time_text} | {p.status} |")
+        spread = f"{e.low:,.0f}" if round(e.low) == round(e.high) else f"{e.low:,.0f}-{e.high:,.0f}"
+        lines.append(
+            f"| {p.point.label} | {e.tokens:,.0f} | {e.basis} | {spread} | {e.calls:.1f} | {time_text} | {p.status} |"
+        )
     todo = [p for p in planned if p.status == "run"]
     total = sum(p.seconds for p in todo)
     speed_text = (
@@ -516,6 +747,12 @@ def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_question
         else "speed not measured"
     )
     lines.append("")
+    lines.append(
+        "estimate: calibrated = learned from this sweep's finished configurations of the method (how often IterDRAG "
+        "asks another follow-up; adapter retries); bound = IterDRAG at every iteration (nothing learned yet); "
+        "counted = each field's call once (a floor: retries add). fewest-most: without retries, IterDRAG stopping at "
+        "its first decomposition to every iteration used; over budget = even the fewest exceed the largest budget."
+    )
     lines.append(
         f"{len(todo)} to run, {sum(p.status == 'done' for p in planned)} done, "
         f"{sum(p.status.startswith('over') for p in planned)} skipped; {n_questions} questions each; "
@@ -751,10 +988,13 @@ def run_sweep(
     if speed is None:
         speed = speed_from_runs({**tracked, **ledger}.values(), base.lm)
     if speed is None:
-        speed = measure_speed(lm, next((p["text"] for ex in evalset for p in (ex.get("paragraphs") or [])), ""))
+        speed = measure_speed(
+            lm, next((p["text"] for ex in evalset for p in (getattr(ex, "paragraphs", None) or [])), "")
+        )
+    planner = Planner.for_run(base, lm, train, evalset, retriever=retriever, speed=speed)
     planned = plan(
         grid, base, lm=lm, train=train, evalset=evalset, ledger=ledger, speed=speed, docs_per_demo=docs_per_demo,
-        tracked=tracked, retriever=retriever,
+        tracked=tracked, retriever=retriever, planner=planner,
     )  # fmt: skip
     report(format_plan(planned, speed, len(evalset)))
     fingerprint = data_fingerprint(train, evalset)
@@ -779,7 +1019,12 @@ def run_sweep(
             point = item.point
             config = point_config(base, point, docs_per_demo=docs_per_demo)
             config = replace(config, run_name=f"{sweep_dir.name}-{point.label.replace(' ', '-').replace('=', '')}")
-            report(f"[{number}/{len(todo)}] {point.label}: estimated {item.estimate.tokens:,.0f} tokens/question")
+            # Re-estimated with what the configurations of its method finished so far in this sweep taught.
+            item.estimate, item.seconds = planner.estimate(point, item.docs_per_demo)
+            report(
+                f"[{number}/{len(todo)}] {point.label}: estimated {item.estimate.tokens:,.0f} tokens/question "
+                f"({item.estimate.basis})"
+            )
             try:
                 program = None
                 if point.shots:
@@ -809,7 +1054,10 @@ def run_sweep(
                 report(f"  failed: {type(exc).__name__}: {exc}")
                 failed.append(item.key)
                 continue
-            tracking.client(base.runs_dir).set_tag(summary["mlflow_run_id"], SWEEP_KEY_TAG, item.key)
+            mlflow_client = tracking.client(base.runs_dir)
+            mlflow_client.set_tag(summary["mlflow_run_id"], SWEEP_KEY_TAG, item.key)
+            mlflow_client.set_tag(summary["mlflow_run_id"], ESTIMATE_TAG, json.dumps(estimate_fields(item.estimate)))
+            planner.learn(point, item.docs_per_demo, run_records(base.runs_dir, summary["mlflow_run_id"]))
             n = summary["n"]
             ledger[item.key] = {
                 "run_id": summary["mlflow_run_id"],
@@ -826,6 +1074,7 @@ def run_sweep(
                 if summary["questions_per_minute"]
                 else None,
                 "wall_s": summary["wall_s"],
+                **estimate_fields(item.estimate),
             }
             save_ledger(sweep_dir, ledger)
             ran.append(item.key)
