@@ -189,8 +189,7 @@ class Collection:
         }
         if self.manifest.get("index") != record:
             self.manifest["index"] = record
-            self.root.mkdir(parents=True, exist_ok=True)
-            _write_json(self.root / MANIFEST, self.manifest)
+            self.save()  # the chunks too: a collection re-keyed from version 1 must not keep its old chunk lines
             self.drop_stale_indexes(dense.collection_name, getattr(bm25, "path", None))
         return dense if kind == "dense" else HybridRetriever(dense, bm25)
 

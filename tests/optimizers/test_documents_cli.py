@@ -143,13 +143,15 @@ def test_a_collection_keyed_by_file_name_is_rekeyed_by_path_without_reingesting(
     unsourced = "".join(json.dumps({k: v for k, v in c.items() if k != "source"}) + "\n" for c in chunks)
     (root / "chunks.jsonl").write_text(unsourced)
 
-    report = ingest([path], collection="c", runs_dir=runs, build_index=False)
+    report = ingest([path], collection="c", runs_dir=runs)  # unchanged; the index is built and the manifest saved
     assert report.unchanged == [str(path)]
-    assert [c["id"] for c in Collection("c", runs).chunks] == [c["id"] for c in chunks]
+    store = Collection("c", runs)
+    assert store.manifest["version"] == 2 and [c["id"] for c in store.chunks] == [c["id"] for c in chunks]
+    assert {c["source"] for c in store.chunks} == {str(path.resolve())}  # saved with the re-keyed manifest
     path.write_text(path.read_text().replace("412 ships", "415 ships"), encoding="utf-8")
     report = ingest([path], collection="c", runs_dir=runs, build_index=False)
     store = Collection("c", runs)
-    assert report.replaced == [str(path)] and store.manifest["version"] == 2
+    assert report.replaced == [str(path)]
     assert not any("412 ships" in c["text"] for c in store.chunks)  # the old chunks were replaced, not kept
 
 
