@@ -748,10 +748,12 @@ def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_question
     )
     lines.append("")
     lines.append(
-        "estimate: calibrated = learned from this sweep's finished configurations of the method (how often IterDRAG "
-        "asks another follow-up; adapter retries); bound = IterDRAG at every iteration (nothing learned yet); "
-        "counted = each field's call once (a floor: retries add). fewest-most: without retries, IterDRAG stopping at "
-        "its first decomposition to every iteration used; over budget = even the fewest exceed the largest budget."
+        "estimate: calibrated = learned from this sweep's finished configurations of the same method and shots (how "
+        "often IterDRAG asks another follow-up, the follow-ups it asked, adapter retries); follow-ups = IterDRAG's "
+        "follow-ups learned from other shot counts, retries not yet; bound = IterDRAG at every iteration (nothing "
+        "learned yet); counted = each call once (a floor: retries add). fewest-most: without retries, IterDRAG "
+        "stopping at its first decomposition to every iteration used; over budget = even the fewest exceed the "
+        "largest budget."
     )
     lines.append(
         f"{len(todo)} to run, {sum(p.status == 'done' for p in planned)} done, "
@@ -1087,7 +1089,10 @@ def run_sweep(
         for item in planned:
             found = ledger.get(item.key) or tracked.get(item.key)
             if found is not None:
-                rows.append({**item.row(), **found, "lm": base.lm})
+                row = {**item.row(), **found, "lm": base.lm}
+                if "estimate_basis" not in found:  # ran before estimates were kept: this one was made after it ran
+                    row["estimate_basis"] += ", made after it ran"
+                rows.append(row)
         table = budget_table(rows, grid.budgets)
         fitted = fit_allocation(rows, grid.budgets, base.dataset)
         sweep_dir.mkdir(parents=True, exist_ok=True)
