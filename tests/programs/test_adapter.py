@@ -321,3 +321,12 @@ def test_smollm2_grades_a_passage_with_a_valid_option_every_time():
         on_topic = grade(question="Who wrote Hamlet?", document="Hamlet is a tragedy by William Shakespeare.")
         off_topic = grade(question="Who wrote Hamlet?", document="The Eiffel Tower is in Paris.")
     assert (on_topic.grade, off_topic.grade) == ("relevant", "irrelevant")
+
+
+def test_a_list_field_is_opened_with_its_first_item_number_so_the_model_writes_items():
+    pred, engine = predict(ListNames, ["Ann\n[2] Bob\n\nsomething else"], text="Ann met Bob.")
+    assert pred.names == ["Ann", "Bob"]
+    assert engine.requests[0][0][-1] == {"role": "assistant", "content": "names:\n[1] "}
+    server = dspy.LM("openai/some-model", api_base="http://127.0.0.1:9/v1", api_key="unused", cache=False)
+    messages, _ = next(FieldAdapter()._plans(server, {}, ListNames, [], {"text": "x"})[0])
+    assert messages[-1]["role"] == "user"  # a server writes the whole list itself
