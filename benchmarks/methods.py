@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import time
 from pathlib import Path
 
@@ -56,13 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every summary as one JSON list")
     args = parser.parse_args(argv)
 
-    from ragscale.optimizers.cli import OFFLINE_ENV
+    from ragscale.optimizers.cli import prepare_process
 
-    for key, value in OFFLINE_ENV.items():
-        os.environ.setdefault(key, value)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("alembic", "httpx", "LiteLLM", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    prepare_process()
     from ragscale.optimizers.config import RunConfig
     from ragscale.optimizers.runner import load_lm_for, run_experiment
 

@@ -167,19 +167,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `ragscale`; returns the exit code (also raised as SystemExit by argparse on bad usage)."""
+def prepare_process() -> None:
+    """What every entry point does first: the offline environment (before DSPy, LiteLLM or MLflow is imported) and
+    INFO logging with the chatty libraries quieted."""
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("alembic", "httpx", "LiteLLM", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `ragscale`; returns the exit code (also raised as SystemExit by argparse on bad usage)."""
+    prepare_process()
     from ragscale.optimizers.teleprompters import ContextWindowError
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("alembic", "httpx", "LiteLLM", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.verbose:
+        logging.getLogger().setLevel(logging.DEBUG)
     try:
         return args.func(args, parser)
     except ConfigError as exc:

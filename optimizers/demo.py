@@ -11,12 +11,10 @@ reused by the others (same corpus, same key).
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import time
 from pathlib import Path
 
-from ragscale.optimizers.cli import OFFLINE_ENV
+from ragscale.optimizers.cli import prepare_process
 
 DEMO_RUNS = (("closed-book", "none"), ("rag", "none"), ("drag", "bootstrap"), ("iterdrag", "bootstrap"))
 
@@ -29,11 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
     parser.add_argument("--threads", type=int, default=8)
     args = parser.parse_args(argv)
-    for key, value in OFFLINE_ENV.items():
-        os.environ.setdefault(key, value)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("alembic", "httpx", "LiteLLM", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    prepare_process()
 
     from ragscale.optimizers.compare import compare_runs, format_table, load_runs
     from ragscale.optimizers.config import RunConfig
