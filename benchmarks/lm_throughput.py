@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
     if no_prefix is not None:
         gain = result["questions_per_minute"]["8"] / no_prefix
         print(f"{'drag, no prefix cache':>26} {no_prefix:>15.2f} {'(8 threads vs this)':>16} {gain:>8.2f}x")
-    print(f"batches run (size: count): {dict(sorted(engine.batch_sizes.items()))}")
+    print(f"prefills run (rows: count): {dict(sorted(engine.batch_sizes.items()))}, joined mid-batch: {engine.joined}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

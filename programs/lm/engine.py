@@ -8,17 +8,19 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
   model continues it (the turn is not closed).
 - Greedy unless ``temperature > 0``; ``max_tokens`` and stop strings are honoured (text is cut before the stop
   string). Stops are checked by decoding the last few tokens only.
-- Dynamic batching: ``complete`` runs in the caller's thread, queues the request and waits; one worker thread
-  gathers what arrives within ``wait_s`` (up to ``max_batch_size``), runs it as one padded batch, and hands each
-  completion back. Rows leave the batch as they finish.
+- Continuous batching: ``complete`` runs in the caller's thread, queues the request and waits; one worker thread
+  gathers what arrives within ``wait_s`` (up to ``max_batch_size``) and runs it as one padded batch. Each row
+  leaves the batch, and its caller gets its completion, as soon as it finishes; between two decode steps the
+  requests queued meanwhile are prefilled and join the running batch (right-aligned, padding masked out).
 - Shared-prefix KV cache: the longest token prefix common to the batch (or to a prefix retained from earlier
   calls) is prefilled once; every row reuses its keys/values. Rows are laid out as prefix + padding + suffix, with
   the padding masked out and positions continuing after the prefix.
 - Constrained choice: a request whose ``response_format`` is a JSON schema of one string ``enum`` (what the
   adapter sends for a ``Literal``, ``Enum`` or ``bool`` output field) is not sampled. Every option is appended to
-  the prompt (after a space) and scored by the sum of its tokens' log-probabilities, all options of all such
-  requests in one forward pass over the shared prompt; the reply is the most likely option as a JSON string, so
-  it always parses. Any other JSON schema is refused (``UnsupportedFeatureError``) rather than ignored.
+  the prompt (after a space) and scored by the sum of its tokens' log-probabilities. Each request's prompt is
+  prefilled once (shared prefix reused), then all options of all such requests are scored in one more forward
+  pass over that cache; the reply is the most likely option as a JSON string, so it always parses. Any other
+  JSON schema is refused (``UnsupportedFeatureError``) rather than ignored.
 """
 
 from __future__ import annotations
@@ -43,11 +45,23 @@ class _Job:
     stops: tuple[str, ...]
     options: list[list[int]] | None = None  # constrained choice: prompt + option token ids, one list per option
     option_starts: list[int] | None = None  # where each option's own tokens begin
+    scores: list[float] | None = None  # constrained choice: each option's log-likelihood
     tokens: list[int] = field(default_factory=list)
     n_out: int = 0
     finish: str = "length"
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(eq=False)
+class _Running:
+    """A batch being decoded: its live jobs, their KV cache, attention mask, next positions and last logits."""
+
+    jobs: list[_Job]
+    cache: Any
+    mask: Any
+    next_pos: Any
+    logits: Any
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -104,6 +118,7 @@ class TorchEngine:
         self._slots: list[tuple[list[int], Any]] = []  # retained (token ids, batch-1 KV cache), most recent first
         self.batch_sizes: Counter[int] = Counter()  # batch size -> number of batches run
         self.prefix_tokens_reused = 0  # prompt tokens served from a shared prefix instead of recomputed
+        self.joined = 0  # requests that joined a batch already decoding
 
     def _eos_ids(self) -> set[int]:
         ids = set()
@@ -228,17 +243,21 @@ class TorchEngine:
                 self._worker.start()
             self._queue.put(job)
 
-    def _gather(self, first: _Job) -> tuple[list[_Job], bool]:
-        """``first`` plus what arrives within ``wait_s`` (up to 10x that while callers are still tokenizing)."""
+    def _gather(self, first: _Job | None, room: int) -> tuple[list[_Job], bool]:
+        """Up to ``room`` queued jobs and whether the engine was closed.
+
+        An idle engine (``first`` given) waits ``wait_s`` for more to arrive (up to 10x that while callers are still
+        tokenizing); a running batch takes only what is already queued, so its decoding never waits.
+        """
         import time
 
-        batch, start = [first], time.monotonic()
-        while len(batch) < self.max_batch_size:
+        batch, start = ([first] if first is not None else []), time.monotonic()
+        while len(batch) < room:
             try:
-                job = self._queue.get(timeout=0.002)
+                job = self._queue.get(timeout=0.002) if first is not None else self._queue.get_nowait()
             except queue.Empty:
                 waited = time.monotonic() - start
-                if waited >= 10 * self.wait_s or (waited >= self.wait_s and not self._preparing):
+                if first is None or waited >= 10 * self.wait_s or (waited >= self.wait_s and not self._preparing):
                     break
                 continue
             if job is None:
@@ -247,23 +266,53 @@ class TorchEngine:
         return batch, False
 
     def _run(self) -> None:
+        """Continuous batching: between two decode steps, queued requests join the running batch."""
+        import torch
+
+        with torch.inference_mode():
+            self._serve()
+
+    def _serve(self) -> None:
+        running: _Running | None = None
+        closing = False  # close() was called: finish what is running, take nothing new
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch, stop = self._gather(first)
+            first = None
+            if running is None:
+                first = None if closing else self._queue.get()
+                if first is None:
+                    return
+            room = self.max_batch_size - (len(running.jobs) if running else 0)
+            new, stop = self._gather(first, room) if not closing else ([], False)
+            closing = closing or stop
+            choices, generations = [j for j in new if j.options], [j for j in new if not j.options]
             try:
-                self.choose([j for j in batch if j.options])
-                self.generate([j for j in batch if not j.options])
-            except Exception as exc:  # handed to every caller of the batch, which re-raises it
-                logger.exception("generation failed for a batch of %d", len(batch))
-                for job in batch:
-                    job.error = exc
+                self.choose(choices)
+            except Exception as exc:
+                self._fail(choices, exc)
             finally:
-                for job in batch:
-                    job.done.set()
-            if stop:
-                return
+                self._finish(choices)
+            try:
+                if generations:
+                    running = self._merge(running, self._start(generations))
+                if running is not None:
+                    running = self._step(running)
+            except Exception as exc:
+                failed = (running.jobs if running else []) + [j for j in generations if not j.done.is_set()]
+                self._fail(failed, exc)
+                self._finish(failed)
+                running = None
+
+    @staticmethod
+    def _fail(jobs: list[_Job], exc: BaseException) -> None:
+        """Hand ``exc`` to every caller of ``jobs``, which re-raises it."""
+        logger.exception("generation failed for a batch of %d", len(jobs), exc_info=exc)
+        for job in jobs:
+            job.error = exc
+
+    @staticmethod
+    def _finish(jobs: list[_Job]) -> None:
+        for job in jobs:
+            job.done.set()
 
     # -- generation -----------------------------------------------------------------------------------------------
     def _prefix(self, jobs: list[_Job], limit: int | None = None) -> tuple[int, Any]:
@@ -357,6 +406,11 @@ class TorchEngine:
         cache = DynamicCache(config=self.model.config)
         prefix_layers = list(prefix) if prefix is not None else [(None, None)] * len(cache.layers)
         cache.layers = [BufferLayer(len(jobs), capacity, k, v) for k, v, *_ in prefix_layers]
+        logits = self._forward(ids, mask, positions, cache, keep)
+        return logits[:, -keep:, :], cache, mask, positions[:, -1:] + 1
+
+    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> Any:
+        """The model's logits for the last ``keep`` of ``ids`` (0: all), writing their keys/values to ``cache``."""
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -365,73 +419,117 @@ class TorchEngine:
             use_cache=True,
             logits_to_keep=keep,
         )
-        return out.logits[:, -keep:, :], cache, mask, positions[:, -1:] + 1
+        return out.logits
 
     def choose(self, jobs: list[_Job]) -> None:
         """Set each constrained-choice job's ``tokens`` to ``[index of its most likely option]``.
 
-        One forward pass scores every option of every job: rows are prompt + option, right-aligned, and the logits
-        of the last positions give each option token's log-probability.
+        Two forward passes for the whole batch: the prompts (up to where their options diverge from them) are
+        prefilled once, one row per job; then each job's row is repeated once per option and every option's
+        tokens are fed at once, right-padded. The score of an option is the sum of its own tokens'
+        log-probabilities (``job.scores``).
         """
         if not jobs:
             return
         import torch
 
-        rows = [_Job(ids, 0, 0.0, None, ()) for job in jobs for ids in job.options]
-        starts = [s for job in jobs for s in job.option_starts]
-        keep = max(len(row.ids) - s for row, s in zip(rows, starts, strict=True)) + 1
+        # where each job's options leave its prompt (usually the prompt's end; earlier if a token merges)
+        cuts = [max(1, min(j.option_starts)) for j in jobs]
+        heads = [
+            _Job(j.ids[:c], max(len(o) - c for o in j.options), 0.0, None, ()) for j, c in zip(jobs, cuts, strict=True)
+        ]
+        owner = [i for i, job in enumerate(jobs) for _ in job.options]
+        options = [
+            (o, s, cuts[i]) for i, job in enumerate(jobs) for o, s in zip(job.options, job.option_starts, strict=True)
+        ]
+        width = max(len(o) - c for o, _, c in options)
         with torch.inference_mode():
-            logits, *_ = self._prefill(rows, keep=keep, limit=min(starts) - 1)
-            logp = logits.float().log_softmax(-1)
+            first, cache, mask, next_pos = self._prefill(heads)
+            first = first[:, -1, :].float().log_softmax(-1)[owner]  # predicts each option's token at its cut
+            index = torch.tensor(owner, device=mask.device)
+            cache.batch_select_indices(index)
+            feed = torch.full((len(options), width), self._pad, dtype=torch.long)
+            grown = torch.zeros((len(options), width), dtype=torch.long)
+            for r, (o, _, c) in enumerate(options):
+                feed[r, : len(o) - c], grown[r, : len(o) - c] = torch.tensor(o[c:]), 1
+            mask = torch.cat([mask[index], grown.to(mask.device)], dim=-1)
+            positions = next_pos[index] + torch.arange(width, device=mask.device)
+            logits = self._forward(feed.to(mask.device), mask, positions, cache, keep=0)
+            rest = logits.float().log_softmax(-1)  # rest[r, k] predicts option token c + k + 1
         scores = []
-        for i, (row, start) in enumerate(zip(rows, starts, strict=True)):
-            target = torch.tensor(row.ids[start:], device=logp.device)[:, None]
-            scores.append(float(logp[i, keep - 1 - len(target) : keep - 1].gather(-1, target).sum()))
+        for r, (o, s, c) in enumerate(options):
+            logp = [first[r, o[c]]] + [rest[r, t - c - 1, o[t]] for t in range(c + 1, len(o))]
+            scores.append(float(sum(logp[max(s, c) - c :])))
         for job in jobs:
             n = len(job.options)
-            own, scores = scores[:n], scores[n:]
-            best = max(range(n), key=own.__getitem__)
+            job.scores, scores = scores[:n], scores[n:]
+            best = max(range(n), key=job.scores.__getitem__)
             job.tokens, job.n_out, job.finish = [best], len(job.options[best]) - job.option_starts[best], "stop"
 
     def generate(self, jobs: list[_Job]) -> None:
-        """Run ``jobs`` as one batch: prefill, then decode token by token; finished rows leave the batch."""
-        if not jobs:
-            return
+        """Run ``jobs`` as one batch to the end: prefill, then decode token by token."""
         import torch
 
         with torch.inference_mode():
-            logits, cache, mask, next_pos = self._prefill(jobs)
-            logits = logits[:, -1, :]
-            live = list(range(len(jobs)))
-            for _ in range(max(j.max_new for j in jobs)):
-                picked = self._pick(logits, [jobs[i] for i in live])
-                keep = []
-                for row, (i, token) in enumerate(zip(live, picked, strict=True)):
-                    job = jobs[i]
-                    job.n_out += 1
-                    if token in self._eos:
-                        job.finish = "stop"
-                        continue
-                    job.tokens.append(token)
-                    if self._stopped(job):
-                        job.finish = "stop"
-                    elif len(job.tokens) < job.max_new:
-                        keep.append(row)
-                if not keep:
-                    break
-                if len(keep) < len(live):
-                    index = torch.tensor(keep, device=mask.device)
-                    cache.batch_select_indices(index)
-                    mask, next_pos = mask[index], next_pos[index]
-                    picked, live = [picked[r] for r in keep], [live[r] for r in keep]
-                mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
-                feed = torch.tensor(picked, device=mask.device)[:, None]
-                out = self.model(
-                    input_ids=feed,
-                    attention_mask=mask,
-                    position_ids=next_pos,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                logits, next_pos = out.logits[:, -1, :], next_pos + 1
+            running = self._start(jobs) if jobs else None
+            while running is not None:
+                running = self._step(running)
+
+    def _start(self, jobs: list[_Job]) -> _Running:
+        logits, cache, mask, next_pos = self._prefill(jobs)
+        return _Running(list(jobs), cache, mask, next_pos, logits[:, -1, :])
+
+    def _merge(self, running: _Running | None, new: _Running) -> _Running:
+        """One batch of ``running``'s rows and ``new``'s, right-aligned in fresh buffers (padding masked out)."""
+        if running is None:
+            return new
+        import torch
+
+        from ragscale.programs.lm.kv import merge_layers
+
+        jobs = running.jobs + new.jobs
+        self.joined += len(new.jobs)
+        width = max(running.mask.shape[1], new.mask.shape[1])
+        capacity = width + max(j.max_new - len(j.tokens) for j in jobs)
+        masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in (running.mask, new.mask)]
+        cache = running.cache
+        layers = zip(cache.layers, new.cache.layers, strict=True)
+        cache.layers = [merge_layers(a, b, width, capacity) for a, b in layers]
+        return _Running(
+            jobs,
+            cache,
+            torch.cat(masks),
+            torch.cat([running.next_pos, new.next_pos]),
+            torch.cat([running.logits, new.logits]),
+        )
+
+    def _step(self, running: _Running) -> _Running | None:
+        """Pick every row's next token; finished rows leave (their callers are released); decode one step."""
+        import torch
+
+        picked = self._pick(running.logits, running.jobs)
+        keep = []
+        for row, (job, token) in enumerate(zip(running.jobs, picked, strict=True)):
+            job.n_out += 1
+            if token in self._eos:
+                job.finish = "stop"
+            else:
+                job.tokens.append(token)
+                if self._stopped(job):
+                    job.finish = "stop"
+                elif len(job.tokens) < job.max_new:
+                    keep.append(row)
+                    continue
+            job.done.set()
+        if not keep:
+            return None
+        cache, mask, next_pos = running.cache, running.mask, running.next_pos
+        if len(keep) < len(running.jobs):
+            index = torch.tensor(keep, device=mask.device)
+            cache.batch_select_indices(index)
+            mask, next_pos = mask[index], next_pos[index]
+        mask = torch.cat([mask, mask.new_ones((len(keep), 1))], dim=-1)
+        feed = torch.tensor([picked[r] for r in keep], device=mask.device)[:, None]
+        logits = self._forward(feed, mask, next_pos, cache, keep=1)
+        jobs = [running.jobs[r] for r in keep]
+        return _Running(jobs, cache, mask, next_pos + 1, logits[:, -1, :])

@@ -38,3 +38,21 @@ class BufferLayer(DynamicLayer):
         self._keys, self._values = self._keys[indices], self._values[indices]
         self.rows = len(indices)
         self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
+
+
+def merge_layers(a: BufferLayer, b: BufferLayer, width: int, capacity: int) -> BufferLayer:
+    """One layer holding ``a``'s rows then ``b``'s, each right-aligned to ``width`` filled positions.
+
+    The buffers start zeroed: the padding in front of the shorter rows is masked out, but it must hold numbers
+    (garbage memory could be NaN, and NaN times a zero attention weight is still NaN).
+    """
+    merged = BufferLayer(a.rows + b.rows, capacity)
+    shape = (a.rows + b.rows, a.keys.shape[1], capacity, a.keys.shape[3])
+    merged._keys, merged._values = a.keys.new_zeros(shape), a.values.new_zeros(shape)
+    merged.dtype, merged.device, merged.is_initialized = a.dtype, a.device, True
+    for rows, layer in ((slice(0, a.rows), a), (slice(a.rows, a.rows + b.rows), b)):
+        merged._keys[rows, :, width - layer.length : width] = layer.keys
+        merged._values[rows, :, width - layer.length : width] = layer.values
+    merged.length = width
+    merged.keys, merged.values = merged._keys[:, :, :width], merged._values[:, :, :width]
+    return merged

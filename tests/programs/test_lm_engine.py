@@ -111,6 +111,31 @@ def test_eight_threads_get_the_same_answers_as_sequential_calls(lm):
     assert max(lm.engine.batch_sizes - before) > 1
 
 
+@pytest.mark.parametrize("first_long", [True, False])
+def test_a_request_that_arrives_mid_generation_joins_the_running_batch(engine, first_long):
+    import time
+
+    long = "\n".join(f"Note {i}: the museum of Ann {i} is in {c}." for i, c in enumerate(CITIES * 2))
+    prompts = [f"{long}\n\n{city_question(1)}", city_question(2)]
+    prompts = prompts if first_long else prompts[::-1]
+    alone = []
+    for p in prompts:
+        plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+        [job] = jobs_for(plain, [p], max_new=20)
+        plain.generate([job])
+        alone.append(texts(plain, [job])[0])
+    served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    first, second = jobs_for(served, prompts, max_new=20)
+    served._submit(first)
+    while not first.tokens:  # the first request is decoding
+        time.sleep(0.005)
+    served._submit(second)
+    assert first.done.wait(60) and second.done.wait(60)
+    served.close()
+    assert served.batch_sizes == {1: 2} and served.joined == 1  # the second joined the first's batch
+    assert texts(served, [first, second]) == alone
+
+
 def test_reusing_a_shared_prefix_cache_gives_the_same_outputs_as_recomputing(engine):
     demos = "\n".join(f"Example: the museum of Ann {i} is in {c}." for i, c in enumerate(CITIES * 3))
     prompts = [f"{demos}\n\n{city_question(i)}" for i in range(3)]
@@ -218,6 +243,30 @@ def test_a_closed_choice_is_the_option_with_the_highest_log_likelihood(lm, engin
             logp = engine.model(torch.tensor([full])).logits[0].float().log_softmax(-1)
         scores[option] = sum(float(logp[i - 1, full[i]]) for i in range(start, len(full)))
     assert reply == json.dumps(max(scores, key=scores.get)) == '"Paris"'
+
+
+def test_a_batch_of_choices_scores_every_option_as_a_from_scratch_pass_does(engine):
+    import torch
+
+    from ragscale.programs.lm.engine import _common_prefix
+
+    options = ["relevant", "ambiguous", "irrelevant", "New York City"]  # options of 1 to 4 tokens
+    jobs = jobs_for(engine, [city_question(i) for i in range(4)] + [EIFFEL])
+    expected = []
+    for job in jobs:
+        prompt = engine.tokenizer.decode(job.ids)
+        job.options = [engine.tokenizer(f"{prompt} {o}", add_special_tokens=False).input_ids for o in options]
+        job.option_starts = [min(_common_prefix(job.ids, o), len(o) - 1) for o in job.options]
+        for full, start in zip(job.options, job.option_starts, strict=True):
+            with torch.inference_mode():
+                logp = engine.model(torch.tensor([full])).logits[0].float().log_softmax(-1)
+            expected.append(sum(float(logp[i - 1, full[i]]) for i in range(start, len(full))))
+    engine.choose(jobs)
+    got = [s for job in jobs for s in job.scores]
+    assert got == pytest.approx(expected, abs=1e-3)
+    assert [job.tokens[0] for job in jobs] == [
+        max(range(4), key=expected[4 * j : 4 * j + 4].__getitem__) for j in range(len(jobs))
+    ]
 
 
 def test_choices_and_generations_batched_across_threads_get_their_sequential_answers(lm):
