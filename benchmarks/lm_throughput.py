@@ -8,6 +8,9 @@
    - short prompts: one HotpotQA dev paragraph + question, <= 200 input tokens;
    - DRAG-shaped prompts: ~1,000 tokens of demonstrations shared by every question (from dev questions that
      are not measured) + ~500 tokens of the question's own paragraphs; <= 32 output tokens.
+3. Where the engine's time went in each of those runs (seconds of prefill and decode, decode steps, mean decode
+   batch, ms per step), and the ideal 8-thread speed-up: prefill does not shrink with batching (it is
+   compute-bound), decoding at best shrinks to one full batch per step at the measured step cost.
 
 The data is read straight from ``hotpotqa/dev.jsonl`` (``$RAGSCALE_DATA_DIR`` or ``<repo>/../shared/datasets``).
 Timings on a shared machine are noisy: compare runs taken under the same load.
@@ -98,6 +101,23 @@ def questions_per_minute(lm, prompts: list[list[dict]], threads: int) -> float:
     return len(prompts) * 60 / (time.perf_counter() - start)
 
 
+def timed(lm, prompts: list[list[dict]], threads: int) -> tuple[float, dict]:
+    """Questions per minute, and the engine's work meanwhile (seconds of prefill and decode, steps, rows)."""
+    before = lm.engine.work.copy()
+    qpm = questions_per_minute(lm, prompts, threads)
+    return qpm, {k: lm.engine.work[k] - before[k] for k in ("prefill", "decode", "steps", "rows")}
+
+
+def ideal_speedup(one: dict, eight: dict, batch: int = 8) -> float:
+    """8 threads against 1 if every decode step ran a full batch at the step cost measured with 8 threads.
+
+    Prefill is compute-bound, so its seconds do not shrink with batching; decoding shrinks to ``rows / batch``
+    steps. A measured speed-up close to this is the engine doing what the hardware allows.
+    """
+    step = eight["decode"] / max(eight["steps"], 1)
+    return (one["prefill"] + one["decode"]) / (eight["prefill"] + one["rows"] / batch * step)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m", help="preset, model directory or .gguf file")
@@ -128,16 +148,15 @@ def main(argv: list[str] | None = None) -> dict:
     short, drag = short_messages(engine, measured), drag_messages(engine, measured, demo_pool)
     lm(messages=drag[0])  # warm up, and leave the shared demonstrations in the engine's prefix cache
     no_prefix = questions_per_minute(without_prefix_cache(lm), drag, 1) if args.baseline else None
-    qpm = {
-        name: {t: questions_per_minute(lm, prompts, t) for t in (1, 8)}
-        for name, prompts in (("short", short), ("drag", drag))
-    }
+    runs = {name: {t: timed(lm, prompts, t) for t in (1, 8)} for name, prompts in (("short", short), ("drag", drag))}
+    qpm = {name: {t: run[0] for t, run in by_threads.items()} for name, by_threads in runs.items()}
     result = {
         "model": args.model,
         "prefill_tok_s": {str(b): round(s[0], 1) for b, s in speeds.items()},
         "decode_tok_s": {str(b): round(s[1], 1) for b, s in speeds.items()},
         "questions_per_minute": {str(t): round(v, 2) for t, v in qpm["drag"].items()},
         "short_questions_per_minute": {str(t): round(v, 2) for t, v in qpm["short"].items()},
+        "work": {name: {str(t): run[1] for t, run in by_threads.items()} for name, by_threads in runs.items()},
     }
     tokens = {
         name: sum(engine.count_tokens(engine.render_messages(m)) for m in p) / len(p)
@@ -157,6 +176,18 @@ def main(argv: list[str] | None = None) -> dict:
         one, eight = result[key]["1"], result[key]["8"]
         label = f"{name} (~{tokens[name]:.0f} tokens)"
         print(f"{label:>26} {one:>15} {eight:>16} {eight / one:>8.2f}x")
+    print(
+        f"{'prompt':>26} {'threads':>7} {'prefill s':>9} {'decode s':>8} {'steps':>6} {'mean batch':>10} "
+        f"{'ms/step':>8} {'ideal speed-up':>14}"
+    )
+    for name in ("short", "drag"):
+        for t in (1, 8):
+            w = runs[name][t][1]
+            ideal = f"{ideal_speedup(runs[name][1][1], w):.2f}x" if t == 8 else ""
+            print(
+                f"{name:>26} {t:>7} {w['prefill']:>9.2f} {w['decode']:>8.2f} {w['steps']:>6} "
+                f"{w['rows'] / max(w['steps'], 1):>10.2f} {1000 * w['decode'] / max(w['steps'], 1):>8.1f} {ideal:>14}"
+            )
     if no_prefix is not None:
         gain = result["questions_per_minute"]["8"] / no_prefix
         print(f"{'drag, no prefix cache':>26} {no_prefix:>15.2f} {'(8 threads vs this)':>16} {gain:>8.2f}x")

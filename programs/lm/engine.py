@@ -29,6 +29,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,9 @@ class TorchEngine:
         self.batch_sizes: Counter[int] = Counter()  # batch size -> number of batches run
         self.prefix_tokens_reused = 0  # prompt tokens served from a shared prefix instead of recomputed
         self.joined = 0  # requests that joined a batch already decoding
+        # where the worker's time goes: seconds spent in "prefill", "decode" and "choose", decode "steps" run and
+        # "rows" decoded over them (rows / steps is the mean decode batch)
+        self.work: Counter[str] = Counter()
 
     def _eos_ids(self) -> set[int]:
         ids = set()
@@ -249,8 +253,6 @@ class TorchEngine:
         An idle engine (``first`` given) waits ``wait_s`` for more to arrive (up to 10x that while callers are still
         tokenizing); a running batch takes only what is already queued, so its decoding never waits.
         """
-        import time
-
         batch, start = ([first] if first is not None else []), time.monotonic()
         while len(batch) < room:
             try:
@@ -433,6 +435,8 @@ class TorchEngine:
             return
         import torch
 
+        began = time.perf_counter()
+
         # where each job's options leave its prompt (usually the prompt's end; earlier if a token merges)
         cuts = [max(1, min(j.option_starts)) for j in jobs]
         heads = [
@@ -465,6 +469,7 @@ class TorchEngine:
             job.scores, scores = scores[:n], scores[n:]
             best = max(range(n), key=job.scores.__getitem__)
             job.tokens, job.n_out, job.finish = [best], len(job.options[best]) - job.option_starts[best], "stop"
+        self.work["choose"] += time.perf_counter() - began
 
     def generate(self, jobs: list[_Job]) -> None:
         """Run ``jobs`` as one batch to the end: prefill, then decode token by token."""
@@ -476,7 +481,9 @@ class TorchEngine:
                 running = self._step(running)
 
     def _start(self, jobs: list[_Job]) -> _Running:
+        start = time.perf_counter()
         logits, cache, mask, next_pos = self._prefill(jobs)
+        self.work["prefill"] += time.perf_counter() - start
         return _Running(list(jobs), cache, mask, next_pos, logits[:, -1, :])
 
     def _merge(self, running: _Running | None, new: _Running) -> _Running:
@@ -530,6 +537,8 @@ class TorchEngine:
             mask, next_pos = mask[index], next_pos[index]
         mask = torch.cat([mask, mask.new_ones((len(keep), 1))], dim=-1)
         feed = torch.tensor([picked[r] for r in keep], device=mask.device)[:, None]
+        start = time.perf_counter()
         logits = self._forward(feed, mask, next_pos, cache, keep=1)
+        self.work.update(decode=time.perf_counter() - start, steps=1, rows=len(keep))
         jobs = [running.jobs[r] for r in keep]
         return _Running(jobs, cache, mask, next_pos + 1, logits[:, -1, :])
