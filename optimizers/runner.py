@@ -124,10 +124,11 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         lm=lm,
         adapter=adapter,
         seed=config.seed,
+        threads=config.threads,
     )
     return compile_graders(
         compiled, list(trainset), optimizer=config.optimizer, max_demos=config.max_demos, lm=lm, adapter=adapter,
-        seed=config.seed,
+        seed=config.seed, threads=config.threads,
     )  # fmt: skip
 
 

@@ -5,7 +5,8 @@
 - ``none``: the program zero-shot (a reset copy).
 - ``labeled``: ``LabeledWithDocuments``, DSPy's LabeledFewShot whose demonstrations carry the documents the
   program's own retriever finds for each demonstration's question (Yue et al. 2024, arXiv:2410.04343, DRAG).
-- ``bootstrap``: ``dspy.BootstrapFewShot``; demonstrations are the program's own traces that pass the metric,
+- ``bootstrap``: ``dspy.BootstrapFewShot`` (``ThreadedBootstrapFewShot``: the teacher runs on ``threads``
+  training examples at a time); demonstrations are the program's own traces that pass the metric,
   so they hold the documents retrieved during the trace. As DSPy's ``max_labeled_demos`` does with raw
   examples, predictors left short of ``max_demos`` are topped up with labeled demonstrations (with documents).
 - ``random-search``: ``dspy.BootstrapFewShotWithRandomSearch`` over ``num_candidates`` bootstrapped sets.
@@ -115,6 +116,55 @@ class LabeledWithDocuments(Teleprompter):
         return self.student
 
 
+class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
+    """``dspy.BootstrapFewShot`` that runs the teacher on ``threads`` training examples at a time.
+
+    DSPy's loop runs one example after another, so a local engine never gets a batch to work on. Here each
+    group of ``threads`` examples runs at once (the callers' DSPy settings carried into the workers) and the
+    traces are kept in training order, stopping at ``max_bootstrapped_demos``: with a deterministic LM these are
+    the demonstrations the sequential loop keeps. A group may run up to ``threads - 1`` examples past the last
+    one needed.
+    """
+
+    def __init__(self, *args: Any, threads: int = 1, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.threads = max(1, threads)
+
+    def _bootstrap(self, *, max_bootstraps: int | None = None) -> None:
+        import contextvars
+        import copy
+        from concurrent.futures import ThreadPoolExecutor
+
+        max_bootstraps = max_bootstraps or self.max_bootstrapped_demos
+        self.name2traces = {name: [] for name in self.name2predictor}
+        bootstrapped: set[int] = set()
+
+        def attempt(example: dspy.Example) -> dict[str, list] | None:
+            """The traces of ``example``'s first passing round, or None."""
+            for round_idx in range(self.max_rounds):
+                scratch = copy.copy(self)  # shares teacher, metric and error count; its own traces
+                scratch.name2traces = {name: [] for name in self.name2predictor}
+                if scratch._bootstrap_one_example(example, round_idx):
+                    return scratch.name2traces
+            return None
+
+        with ThreadPoolExecutor(self.threads) as pool:
+            for start in range(0, len(self.trainset), self.threads):
+                if len(bootstrapped) >= max_bootstraps:
+                    break
+                group = list(enumerate(self.trainset))[start : start + self.threads]
+                runs = [(i, pool.submit(contextvars.copy_context().run, attempt, ex)) for i, ex in group]
+                for index, run in runs:
+                    traces = run.result()
+                    if traces is not None and len(bootstrapped) < max_bootstraps:
+                        bootstrapped.add(index)
+                        for name, demos in traces.items():
+                            self.name2traces[name].extend(demos)
+        logger.info("bootstrapped %d traces from %d training examples", len(bootstrapped), len(self.trainset))
+        self.validation = [x for i, x in enumerate(self.trainset) if i not in bootstrapped]
+        random.Random(0).shuffle(self.validation)
+
+
 # --- the registry -----------------------------------------------------------------------------------------------
 
 
@@ -137,10 +187,13 @@ def _bootstrap(
     max_docs_per_demo: int,
     seed: int,
     max_attempts: int | None,
+    threads: int = 1,
     **_: Any,
 ) -> dspy.Module:
     trainset = random.Random(seed).sample(trainset, len(trainset))
-    teleprompter = dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=max_demos, max_labeled_demos=0)
+    teleprompter = ThreadedBootstrapFewShot(
+        metric=metric, max_bootstrapped_demos=max_demos, max_labeled_demos=0, threads=threads
+    )
     compiled = teleprompter.compile(program, trainset=trainset[:max_attempts])
     shown = {demo.get("question") for predictor in compiled.predictors() for demo in predictor.demos}
     rest = [example for example in trainset if example.question not in shown]
@@ -228,6 +281,7 @@ def compile_program(
     valset: Sequence[dspy.Example] | None = None,
     num_candidates: int = 4,
     max_attempts: int | None = None,
+    threads: int = 1,
 ) -> dspy.Module:
     """Compile ``program`` on ``trainset`` with the teleprompter named ``optimizer`` and return a new program.
 
@@ -236,7 +290,8 @@ def compile_program(
     (otherwise ``dspy.settings``). ``valset`` scores candidates for random-search and mipro (default: the
     trainset, resp. a split of it); each costs one program run per example and candidate, so keep it small on a
     CPU. ``max_attempts`` caps the training examples ``bootstrap`` runs the program on (default: all of them,
-    until ``max_demos`` traces pass). The input ``program`` is not changed.
+    until ``max_demos`` traces pass); ``threads`` is how many of them ``bootstrap`` runs at once. The input
+    ``program`` is not changed.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
@@ -255,6 +310,7 @@ def compile_program(
             valset=list(valset) if valset is not None else None,
             num_candidates=num_candidates,
             max_attempts=max_attempts,
+            threads=threads,
         )
     return cap_demos(compiled, max_demos, max_docs_per_demo)
 

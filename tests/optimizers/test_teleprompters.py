@@ -180,6 +180,35 @@ def test_bootstrap_runs_the_program_on_at_most_max_attempts_examples():
     assert len(lm.history) == 3
 
 
+def test_bootstrap_with_threads_keeps_the_traces_the_sequential_loop_keeps():
+    right = {1, 4, 6}  # the teacher answers only these training questions rightly
+    lm = DummyLM({ex.question: {"answer": ex.answers[0] if int(ex.id) in right else "Nowhere"} for ex in examples(8)})
+
+    def demo_questions(threads: int) -> list[str]:
+        compiled = compile_program(
+            RAG(FixedRetriever(), k=1),
+            examples(8),
+            optimizer="bootstrap",
+            metric=em_metric,
+            max_demos=2,
+            lm=lm,
+            adapter=dspy.ChatAdapter(),
+            threads=threads,
+        )
+        return [d.question for d in compiled.answer.demos if d.get("augmented")]
+
+    import random
+
+    shuffled = random.Random(0).sample(examples(8), 8)  # as the bootstrap optimizer orders them (seed 0)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        dspy_loop = dspy.BootstrapFewShot(metric=em_metric, max_bootstrapped_demos=2, max_labeled_demos=0).compile(
+            RAG(FixedRetriever(), k=1), trainset=shuffled
+        )
+    sequential = [d.question for d in dspy_loop.answer.demos]
+    assert len(sequential) == 2 and {q.split()[-1].rstrip("?") for q in sequential} <= {"1", "4", "6"}
+    assert demo_questions(1) == demo_questions(3) == demo_questions(4) == sequential
+
+
 def test_bootstrap_compiles_iterdrag():
     compiled = compile_program(
         IterDRAG(FixedRetriever(), k=2, max_iterations=2),
