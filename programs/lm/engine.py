@@ -7,7 +7,11 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
   rendered for the earlier messages with the generation prompt and the assistant text is appended verbatim: the
   model continues it (the turn is not closed).
 - Greedy unless ``temperature > 0``; ``max_tokens`` and stop strings are honoured (text is cut before the stop
-  string). Stops are checked by decoding the last few tokens only.
+  string). Stops are checked by decoding the last few tokens only. A continued assistant turn cannot end before
+  its first non-blank token, by end-of-turn or by a stop string, and the blank tokens before it are dropped:
+  the caller wrote the start of the reply (an adapter's field header), so it asks for text. Small models
+  otherwise often close the turn at once or open it with a blank line that hits a "\n\n" stop (an empty field,
+  a parse failure).
 - Continuous batching: ``complete`` runs in the caller's thread, queues the request and waits; one worker thread
   gathers what arrives within ``wait_s`` (up to ``max_batch_size``) and runs it as one padded batch. Each row
   leaves the batch, and its caller gets its completion, as soon as it finishes; between two decode steps the
@@ -47,6 +51,8 @@ class _Job:
     options: list[list[int]] | None = None  # constrained choice: prompt + option token ids, one list per option
     option_starts: list[int] | None = None  # where each option's own tokens begin
     scores: list[float] | None = None  # constrained choice: each option's log-likelihood
+    wants_text: bool = False  # a continued assistant turn before its first non-blank token: it cannot end yet
+    text_start: int = 0  # where the text begins in ``tokens`` (blank tokens before it are dropped)
     tokens: list[int] = field(default_factory=list)
     n_out: int = 0
     finish: str = "length"
@@ -158,6 +164,7 @@ class TorchEngine:
                     f"of {self.context_window} tokens"
                 )
             job = _Job(ids, max_new, float(config.temperature or 0.0), config.top_p, tuple(config.stop or ()))
+            job.wants_text = bool(request.messages) and request.messages[-1].role == "assistant"
             if choices:
                 job.options = options
                 job.option_starts = [min(_common_prefix(ids, o), len(o) - 1) for o in options]
@@ -175,7 +182,7 @@ class TorchEngine:
                 id=None, model=request.model, message=Message.assistant(text), finish_reason="stop", usage=usage
             )
         with self._tok_lock:
-            text = self.tokenizer.decode(job.tokens, skip_special_tokens=True)
+            text = self.tokenizer.decode(job.tokens[job.text_start :], skip_special_tokens=True)
         text, stopped = cut_at_stop(text, job.stops)
         finish = "stop" if stopped else job.finish
         usage = Usage(input_tokens=len(ids), output_tokens=job.n_out)
@@ -375,7 +382,7 @@ class TorchEngine:
             return False
         tail_len = max(len(s) for s in job.stops) + 2
         with self._tok_lock:
-            tail = self.tokenizer.decode(job.tokens[-tail_len:], skip_special_tokens=True)
+            tail = self.tokenizer.decode(job.tokens[job.text_start :][-tail_len:], skip_special_tokens=True)
         return any(s and s in tail for s in job.stops)
 
     def _prefill(self, jobs: list[_Job], keep: int = 1, limit: int | None = None) -> tuple[Any, Any, Any, Any]:
@@ -514,6 +521,9 @@ class TorchEngine:
         """Pick every row's next token; finished rows leave (their callers are released); decode one step."""
         import torch
 
+        for row, job in enumerate(running.jobs):
+            if job.wants_text:
+                running.logits[row, list(self._eos)] = float("-inf")
         picked = self._pick(running.logits, running.jobs)
         keep = []
         for row, (job, token) in enumerate(zip(running.jobs, picked, strict=True)):
@@ -522,7 +532,11 @@ class TorchEngine:
                 job.finish = "stop"
             else:
                 job.tokens.append(token)
-                if self._stopped(job):
+                if job.wants_text:
+                    with self._tok_lock:
+                        job.wants_text = not self.tokenizer.decode([token], skip_special_tokens=True).strip()
+                    job.text_start = len(job.tokens) - (0 if job.wants_text else 1)
+                if not job.wants_text and self._stopped(job):
                     job.finish = "stop"
                 elif len(job.tokens) < job.max_new:
                     keep.append(row)

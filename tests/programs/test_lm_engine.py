@@ -222,6 +222,22 @@ def test_a_saved_lm_state_reloads_onto_the_already_loaded_engine(lm):
     assert reloaded.engine is lm.engine
 
 
+def test_a_continued_turn_gets_text_even_when_the_model_opens_it_with_a_blank_line(lm, engine):
+    messages = [
+        {"role": "system", "content": "Write a short encyclopedia passage that answers the question."},
+        {"role": "user", "content": "question: Was Pepper Keenan or Rob Parissi born first?\n\nReply with passage."},
+        {"role": "assistant", "content": "passage:"},
+    ]
+    from ragscale.programs.lm.engine import _Job
+
+    ids = engine.tokenizer(engine.render_messages(messages), add_special_tokens=False).input_ids
+    raw = _Job(ids, 3, 0.0, None, ())
+    engine.generate([raw])
+    assert engine.tokenizer.decode(raw.tokens).startswith("\n\n")  # what a "\n\n" stop would cut to nothing
+    reply = lm(messages=messages, stop=["\n\n"], max_tokens=8)[0]
+    assert reply.strip() and not reply.startswith("\n")
+
+
 def enum_format(options: list[str]) -> dict:
     return {"type": "json_schema", "json_schema": {"name": "choice", "schema": {"type": "string", "enum": options}}}
 
