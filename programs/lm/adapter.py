@@ -207,8 +207,7 @@ class FieldAdapter(dspy.Adapter):
         outputs: dict[str, Any] = {}
         prefix = ""
         for name, field in signature.output_fields.items():
-            lead = self.lead(field) if self._prefill(lm) else ""
-            raw = lead + (yield self._field_request(lm, kwargs, signature, base, prefix, name, lead=lead))
+            raw = yield self._field_request(lm, kwargs, signature, base, prefix, name)
             if not raw.strip() and not self.is_long(name, field):
                 # The model opened the value with a newline and hit the one-line stop: let it write one line.
                 raw = yield self._field_request(lm, kwargs, signature, base, prefix, name, multiline=True)
@@ -220,10 +219,8 @@ class FieldAdapter(dspy.Adapter):
                 # header; a text field is asked for without its description (which small models copy).
                 hinted = self.hinted_header(name, field)
                 plain = None if hinted else f"Reply with {name}."
-                raw = yield self._field_request(
-                    lm, kwargs, signature, base, prefix, name, header=hinted, ask=plain, lead=lead
-                )
-                value = coerce_field(signature, name, lead + raw)
+                raw = yield self._field_request(lm, kwargs, signature, base, prefix, name, header=hinted, ask=plain)
+                value = coerce_field(signature, name, raw)
             outputs[name] = value
             rendered = self.format_field_value(field, value)
             prefix += f"{self.header(name, field)}{_sep(rendered)}{rendered}\n"
@@ -240,7 +237,6 @@ class FieldAdapter(dspy.Adapter):
         multiline: bool = False,
         header: str | None = None,
         ask: str | None = None,
-        lead: str = "",
     ):
         field = signature.output_fields[name]
         names = list(signature.output_fields)
@@ -272,7 +268,7 @@ class FieldAdapter(dspy.Adapter):
                 messages[-1]["content"] = f"{content[: -len(asked)]}{done}{request}"
         header = header or self.header(name, field)
         if prefill:
-            messages.append({"role": "assistant", "content": f"{prefix}{header}{lead}"})
+            messages.append({"role": "assistant", "content": f"{prefix}{header}"})
             if _is_server(lm):
                 extra = dict(call_kwargs.get("extra_body") or {})
                 extra.setdefault("continue_final_message", True)
@@ -296,11 +292,6 @@ class FieldAdapter(dspy.Adapter):
         if field is not None and _unwrap_optional(field.annotation) is bool:
             return f"{name} (yes or no):"
         return f"{name}:"
-
-    def lead(self, field) -> str:
-        """Text pre-filled after a field's header, part of its value: "\n[1] " for a list, so the model writes the
-        first item (demos render lists as "[1] ..." lines) instead of ending the turn with a blank line."""
-        return "\n[1] " if _is_list(_unwrap_optional(field.annotation)) else ""
 
     def closed_choices(self, field) -> list[str] | None:
         """The options of a closed-choice output field (Literal, Enum; "yes"/"no" for bool), else None."""

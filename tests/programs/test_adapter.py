@@ -323,10 +323,12 @@ def test_smollm2_grades_a_passage_with_a_valid_option_every_time():
     assert (on_topic.grade, off_topic.grade) == ("relevant", "irrelevant")
 
 
-def test_a_list_field_is_opened_with_its_first_item_number_so_the_model_writes_items():
-    pred, engine = predict(ListNames, ["Ann\n[2] Bob\n\nsomething else"], text="Ann met Bob.")
+def test_a_list_field_is_opened_by_its_header_alone():
+    # "names:\n[1] " made SmolLM2 count "[2] [3] ... [45]" instead of writing items; a blank line the model opens
+    # a field with no longer ends it (the engine masks end-of-turn and stops until the first non-blank token)
+    pred, engine = predict(ListNames, ["\n1. Ann\n2. Bob\n\nsomething else"], text="Ann met Bob.")
     assert pred.names == ["Ann", "Bob"]
-    assert engine.requests[0][0][-1] == {"role": "assistant", "content": "names:\n[1] "}
+    assert engine.requests[0][0][-1] == {"role": "assistant", "content": "names:"}
     server = dspy.LM("openai/some-model", api_base="http://127.0.0.1:9/v1", api_key="unused", cache=False)
     messages, _ = next(FieldAdapter()._plans(server, {}, ListNames, [], {"text": "x"})[0])
     assert messages[-1]["role"] == "user"  # a server writes the whole list itself
