@@ -152,7 +152,7 @@ class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
             for start in range(0, len(self.trainset), self.threads):
                 if len(bootstrapped) >= max_bootstraps:
                     break
-                group = list(enumerate(self.trainset))[start : start + self.threads]
+                group = enumerate(self.trainset[start : start + self.threads], start)
                 runs = [(i, pool.submit(contextvars.copy_context().run, attempt, ex)) for i, ex in group]
                 for index, run in runs:
                     traces = run.result()

@@ -20,24 +20,33 @@ class BufferLayer(DynamicLayer):
         if keys is not None:
             self.update(keys, values)
 
+    def _allocate(self, keys: Any, values: Any, zeroed: bool = False) -> None:
+        """Buffers of ``rows`` x ``capacity`` positions shaped (heads, head size) like ``keys``/``values``."""
+        shape = (self.rows, keys.shape[1], self.capacity, keys.shape[3])
+        new = (lambda t: t.new_zeros(shape)) if zeroed else (lambda t: t.new_empty(shape))
+        self._keys, self._values = new(keys), new(values)
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+
+    def _expose(self) -> tuple[Any, Any]:
+        """Point ``keys``/``values`` at the filled part of the buffers."""
+        self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
+        return self.keys, self.values
+
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if not self.is_initialized:
-            shape = (self.rows, key_states.shape[1], self.capacity, key_states.shape[3])
-            self._keys, self._values = key_states.new_empty(shape), value_states.new_empty(shape)
-            self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
+            self._allocate(key_states, value_states)
         end = self.length + key_states.shape[-2]
         if end > self.capacity:
             raise RuntimeError(f"a KV buffer of {self.capacity} positions cannot hold {end}")
         self._keys[:, :, self.length : end] = key_states
         self._values[:, :, self.length : end] = value_states
         self.length = end
-        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
-        return self.keys, self.values
+        return self._expose()
 
     def batch_select_indices(self, indices: Any) -> None:
         self._keys, self._values = self._keys[indices], self._values[indices]
         self.rows = len(indices)
-        self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
+        self._expose()
 
 
 def merge_layers(a: BufferLayer, b: BufferLayer, width: int, capacity: int) -> BufferLayer:
@@ -47,12 +56,10 @@ def merge_layers(a: BufferLayer, b: BufferLayer, width: int, capacity: int) -> B
     (garbage memory could be NaN, and NaN times a zero attention weight is still NaN).
     """
     merged = BufferLayer(a.rows + b.rows, capacity)
-    shape = (a.rows + b.rows, a.keys.shape[1], capacity, a.keys.shape[3])
-    merged._keys, merged._values = a.keys.new_zeros(shape), a.values.new_zeros(shape)
-    merged.dtype, merged.device, merged.is_initialized = a.dtype, a.device, True
+    merged._allocate(a.keys, a.values, zeroed=True)
     for rows, layer in ((slice(0, a.rows), a), (slice(a.rows, a.rows + b.rows), b)):
         merged._keys[rows, :, width - layer.length : width] = layer.keys
         merged._values[rows, :, width - layer.length : width] = layer.values
     merged.length = width
-    merged.keys, merged.values = merged._keys[:, :, :width], merged._values[:, :, :width]
+    merged._expose()
     return merged
