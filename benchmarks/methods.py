@@ -9,7 +9,7 @@ under the runs dir) and writes the summary to `<out-dir>/<method>__<optimizer>.j
 whose JSON exists, so an interrupted benchmark resumes; delete a file to measure that pair again. The LM is
 loaded once, with DSPy's cache off (uncompiled DRAG sends RAG's prompts: a cache would serve them from RAG's
 run). Prints one markdown row per pair: EM, F1, retrieval recall, LM calls and effective context tokens per
-question, questions per minute, failed questions.
+question, questions per minute (the evaluation alone), seconds spent compiling, failed questions.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ COLUMNS = (
     ("LM calls / q", "lm_calls_per_question", "{:.2f}"),
     ("effective context / q", "input_tokens_per_question", "{:,.0f}"),
     ("q / min", "questions_per_minute", "{:.1f}"),
+    ("compile s", "compile_s", "{:,.0f}"),
     ("failed", "failed", "{}"),
 )
 

@@ -17,8 +17,8 @@ Summary (`--json FILE` writes the same): method, dataset, optimizer, lm, n, fail
 retrieval_recall (all four in percent; recall is None for a program without a retriever or when no question has
 supporting titles), lm_calls_per_question,
 input_tokens_per_question (the mean effective context: all input tokens of all LM calls of a question),
-output_tokens_per_question, questions_per_minute (evaluation only), wall_s (the whole run: loading, indexing,
-compiling, evaluating), mlflow_run_id.
+output_tokens_per_question, questions_per_minute (evaluation only), compile_s (the teleprompter alone), wall_s
+(the whole run: loading, indexing, compiling, evaluating), mlflow_run_id.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 SUMMARY_KEYS = (
     "method", "dataset", "optimizer", "lm", "n", "failed", "em", "f1", "acc", "retrieval_recall",
     "lm_calls_per_question", "input_tokens_per_question", "output_tokens_per_question", "questions_per_minute",
-    "wall_s", "mlflow_run_id",
+    "compile_s", "wall_s", "mlflow_run_id",
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
@@ -275,7 +275,13 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def summarize(
-    records: Sequence[Mapping], config: RunConfig, *, eval_s: float, wall_s: float, run_id: str | None
+    records: Sequence[Mapping],
+    config: RunConfig,
+    *,
+    eval_s: float,
+    wall_s: float,
+    run_id: str | None,
+    compile_s: float = 0.0,
 ) -> dict[str, Any]:
     """The run summary (see the module docstring); failed questions count as 0 in the score means."""
     n = len(records)
@@ -295,6 +301,7 @@ def summarize(
         "input_tokens_per_question": round(_mean([r["input_tokens"] for r in records]), 1),
         "output_tokens_per_question": round(_mean([r["output_tokens"] for r in records]), 1),
         "questions_per_minute": round(60 * n / eval_s, 2) if eval_s > 0 else 0.0,
+        "compile_s": round(compile_s, 2),
         "wall_s": round(wall_s, 2),
         "mlflow_run_id": run_id,
     }
@@ -434,7 +441,9 @@ def run_experiment(
             )
             eval_s = time.perf_counter() - eval_start
 
-        summary = summarize(records, config, eval_s=eval_s, wall_s=time.perf_counter() - start, run_id=run_id)
+        summary = summarize(
+            records, config, eval_s=eval_s, wall_s=time.perf_counter() - start, run_id=run_id, compile_s=compile_s
+        )
         (work / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         (work / "config.toml").write_text(config.to_toml(), encoding="utf-8")
         tables = write_tables(records, work)
