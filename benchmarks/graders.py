@@ -18,6 +18,7 @@ import contextvars
 import json
 import os
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                     dspy.Predict(Grade), train, optimizer=optimizer, max_demos=args.max_demos, lm=lm, adapter=adapter
                 )
             row = {"optimizer": optimizer, "demos": len(grader.demos), "compile_lm_calls": usage.calls,
-                   "compile_s": time.perf_counter() - start}  # fmt: skip
+                   "compile_s": time.perf_counter() - start,
+                   "demo_grades": dict(Counter(str(d.get("grade")) for d in grader.demos))}  # fmt: skip
             row.update(score(grader, dev, args.threads))
             rows.append(row)
             print(json.dumps(row), flush=True)
