@@ -25,7 +25,7 @@ import importlib.util
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, get_origin
 
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
@@ -94,7 +94,8 @@ class LabeledWithDocuments(Teleprompter):
     """LabeledFewShot (``dspy/teleprompt/vanilla.py``) whose demonstrations carry their own documents.
 
     Samples ``k`` training examples; each predictor gets, up to ``k``, the demonstrations whose fields cover its
-    signature (``documents`` may be missing: then the demonstration is a question -> answer pair).
+    signature (``documents`` may be missing: then the demonstration is a question -> answer pair; another list
+    input may be missing: then it is shown empty).
     """
 
     def __init__(self, k: int = 4, max_docs_per_demo: int = 5, seed: int = 0):
@@ -109,8 +110,12 @@ class LabeledWithDocuments(Teleprompter):
 
         offered = [fields for example in examples for fields in labeled_fields(example, documents)]
         for predictor in self.student.predictors():
-            needed = set(predictor.signature.fields) - {"documents"}
-            fits = [fields for fields in offered if needed <= fields.keys()]
+            signature = predictor.signature
+            # a list input the data has no label for (earlier answers, reasoning so far) is shown empty, as in
+            # a first call: the final answer of Decomposition (recursive) and RAT is then taught like Synthesize's
+            empty = {n: [] for n, f in signature.input_fields.items() if n != "documents" and _is_list(f.annotation)}
+            needed = set(signature.fields) - {"documents"}
+            fits = [{**empty, **fields} for fields in offered if needed <= {**empty, **fields}.keys()]
             predictor.demos = [dspy.Example({n: f[n] for n in predictor.signature.fields if n in f}) for f in fits]
             predictor.demos = predictor.demos[: self.k]
         return self.student
@@ -391,3 +396,7 @@ def check_fits_context(
                 f"{getattr(lm, 'model', 'the LM')}; lower k, max_demos or max_docs_per_demo"
             )
     return estimates
+
+
+def _is_list(annotation: Any) -> bool:
+    return annotation is list or get_origin(annotation) is list

@@ -122,6 +122,20 @@ def test_labeled_iterdrag_without_decompositions_teaches_only_the_final_answer()
     assert len(compiled.synthesize.demos) == 2
 
 
+def test_labeled_final_answers_of_decomposition_and_rat_show_their_unlabeled_list_inputs_empty():
+    from ragscale.programs import PROGRAMS
+
+    recursive, rat = (
+        LabeledWithDocuments(k=2).compile(PROGRAMS[name](FixedRetriever()), trainset=examples())
+        for name in ("decompose-recursive", "rat")
+    )
+    assert recursive.decompose.demos == []
+    assert [(d.answered, len(d.documents)) for d in recursive.answer.demos] == [([], 3), ([], 3)]
+    assert rat.draft.demos == rat.write_query.demos == rat.revise.demos == []
+    assert [d.reasoning for d in rat.answer.demos] == [[], []]
+    assert {d.answer for d in rat.answer.demos} <= {f"City {i}" for i in range(5)}
+
+
 def test_cap_demos_keeps_the_last_documents_and_the_first_demos():
     program = DRAG(FixedRetriever())
     program.answer.demos = [dspy.Example(question=f"q{i}", documents=["d1", "d2", "d3"], answer="a") for i in range(3)]
