@@ -161,6 +161,7 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         "input_tokens_per_question",
         "output_tokens_per_question",
         "questions_per_minute",
+        "compile_s",
         "wall_s",
         "mlflow_run_id",
     ]
