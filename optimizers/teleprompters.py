@@ -25,12 +25,13 @@ import importlib.util
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, get_origin
+from typing import Any
 
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
 from ragscale.optimizers.metrics import gold_answers
+from ragscale.programs.lm.adapter import is_list
 from ragscale.programs.retrieval import format_passage, most_relevant_last
 
 logger = logging.getLogger(__name__)
@@ -113,10 +114,11 @@ class LabeledWithDocuments(Teleprompter):
             signature = predictor.signature
             # a list input the data has no label for (earlier answers, reasoning so far) is shown empty, as in
             # a first call: the final answer of Decomposition (recursive) and RAT is then taught like Synthesize's
-            empty = {n: [] for n, f in signature.input_fields.items() if n != "documents" and _is_list(f.annotation)}
+            empty = {n: [] for n, f in signature.input_fields.items() if n != "documents" and is_list(f.annotation)}
             needed = set(signature.fields) - {"documents"}
-            fits = [{**empty, **fields} for fields in offered if needed <= {**empty, **fields}.keys()]
-            predictor.demos = [dspy.Example({n: f[n] for n in predictor.signature.fields if n in f}) for f in fits]
+            candidates = [{**empty, **fields} for fields in offered]
+            fits = [fields for fields in candidates if needed <= fields.keys()]
+            predictor.demos = [dspy.Example({n: f[n] for n in signature.fields if n in f}) for f in fits]
             predictor.demos = predictor.demos[: self.k]
         return self.student
 
@@ -396,7 +398,3 @@ def check_fits_context(
                 f"{getattr(lm, 'model', 'the LM')}; lower k, max_demos or max_docs_per_demo"
             )
     return estimates
-
-
-def _is_list(annotation: Any) -> bool:
-    return annotation is list or get_origin(annotation) is list

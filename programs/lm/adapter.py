@@ -314,7 +314,7 @@ class FieldAdapter(dspy.Adapter):
     def is_long(self, name: str, field) -> bool:
         """Whether a field may run over several lines: lists, reasoning, passages (by name or description)."""
         annotation = field.annotation
-        if annotation is Reasoning or _is_list(annotation):
+        if annotation is Reasoning or is_list(annotation):
             return True
         if annotation is not str:
             return False
@@ -365,7 +365,7 @@ class FieldAdapter(dspy.Adapter):
     ) -> str:
         parts = [prefix] if prefix else []
         # Lists (documents, earlier steps) first, short fields such as the question last, next to the reply.
-        ordered = sorted(signature.input_fields.items(), key=lambda item: not _is_list(item[1].annotation))
+        ordered = sorted(signature.input_fields.items(), key=lambda item: not is_list(item[1].annotation))
         for name, field in ordered:
             if name in inputs:
                 value = self.format_field_value(field, inputs[name])
@@ -475,7 +475,7 @@ def coerce_field(signature: type[Signature], name: str, raw: str) -> Any:
             return round(coerce_number(text))
         if annotation is float:
             return coerce_number(text)
-        if _is_list(annotation):
+        if is_list(annotation):
             item_type = (get_args(annotation) or (str,))[0]
             items = coerce_list(raw, headers)
             if item_type in (int, float):
@@ -633,7 +633,8 @@ def _is_enum(annotation) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, enum.Enum)
 
 
-def _is_list(annotation) -> bool:
+def is_list(annotation) -> bool:
+    """A list or tuple annotation: rendered as numbered lines, parsed from lines or bullets."""
     return annotation is list or get_origin(annotation) in (list, tuple)
 
 
@@ -663,11 +664,11 @@ def _describe(name: str, field, output: bool = False) -> str:
             kind = _or(choices)
         elif _is_enum(annotation):
             kind = _or([m.value for m in annotation])
-        elif _is_list(annotation):
+        elif is_list(annotation):
             kind = "a list, one item per line"
         elif annotation in (int, float):
             kind = "a number"
-    elif _is_list(annotation):
+    elif is_list(annotation):
         kind = "numbered lines"
     label = name.replace("_", " ")
     if output:
