@@ -9,7 +9,8 @@ under the runs dir) and writes the summary to `<out-dir>/<method>__<optimizer>.j
 whose JSON exists, so an interrupted benchmark resumes; delete a file to measure that pair again. The LM is
 loaded once, with DSPy's cache off (uncompiled DRAG sends RAG's prompts: a cache would serve them from RAG's
 run). Prints one markdown row per pair: EM, F1, retrieval recall, LM calls and effective context tokens per
-question, questions per minute (the evaluation alone), seconds spent compiling, failed questions.
+question, questions per minute (the evaluation alone), seconds spent compiling, failed questions. A pair that
+cannot run (a configuration error, or prompts over the context window) is reported and the others go on.
 """
 
 from __future__ import annotations
@@ -58,15 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.optimizers.cli import prepare_process
 
     prepare_process()
-    from ragscale.optimizers.config import RunConfig
+    from ragscale.optimizers.config import ConfigError, RunConfig
     from ragscale.optimizers.runner import load_lm_for, run_experiment
+    from ragscale.optimizers.teleprompters import ContextWindowError
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in PROGRAMS]
     if unknown:
         parser.error(f"unknown method(s) {unknown}; valid: {', '.join(PROGRAMS)}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    lm, summaries = None, []
+    lm, summaries, skipped = None, [], []
     for method in methods:
         for optimizer in [o.strip() for o in args.optimizers.split(",") if o.strip()]:
             path = args.out_dir / f"{method}__{optimizer}.json"
@@ -88,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             lm = lm or load_lm_for(config)
             start = time.perf_counter()
-            summary = run_experiment(config, lm=lm, check_context=True, progress=False)
+            try:
+                summary = run_experiment(config, lm=lm, check_context=True, progress=False)
+            except (ConfigError, ContextWindowError) as exc:  # this pair cannot run; the others still can
+                print(f"| {method} | {optimizer} | not run: {exc} |", flush=True)
+                skipped.append(f"{method} x {optimizer}")
+                continue
             summary["benchmark_wall_s"] = round(time.perf_counter() - start, 1)
             path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
             summaries.append(summary)
@@ -97,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(summaries))
     if args.json:
         args.json.write_text(json.dumps(summaries, indent=2) + "\n", encoding="utf-8")
-    return 0
+    if skipped:
+        print(f"\nnot run: {', '.join(skipped)}")
+    return 1 if skipped else 0
 
 
 if __name__ == "__main__":

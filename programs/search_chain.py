@@ -7,7 +7,8 @@ supported ones, correcting the contradicted ones and completing the unsolved one
 re-plans the rest of the chain from the checked nodes; the final answer follows the checked chain. In DSPy:
 ``Predict(PlanChain)`` returns two parallel typed lists (``queries``, ``answers``), ``Predict(Verify)``
 returns ``supported: bool`` and the answer the documents support, re-planning is capped by ``max_replans``
-and the chain by ``max_nodes``, and ``Predict(Synthesize)`` answers from the checked "query -> answer" pairs.
+and the chain by ``max_nodes``, and ``Predict(Synthesize)`` answers from the checked "query -> answer" pairs and
+the nodes' passages merged by rank (at most ``max_passages``, as IRCoT's reader).
 """
 
 import dspy
@@ -28,16 +29,17 @@ def chain_of(plan: dspy.Prediction) -> list[tuple[str, str]]:
 class SearchChain(dspy.Module):
     """plan(question) -> chain; each node: retrieve -> verify (correct, re-plan); answer(checked chain)."""
 
-    def __init__(self, retriever, k: int = 3, max_nodes: int = 6, max_replans: int = 2):
+    def __init__(self, retriever, k: int = 3, max_nodes: int = 6, max_replans: int = 2, max_passages: int = 15):
         super().__init__()
         self.retriever, self.k, self.max_nodes, self.max_replans = retriever, k, max_nodes, max_replans
+        self.max_passages = max_passages
         self.plan = dspy.Predict(PlanChain)
         self.verify = dspy.Predict(Verify)
         self.answer = dspy.Predict(Synthesize)
 
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
-        return {"verify": self.k, "answer": self.k * self.max_nodes}
+        return {"verify": self.k, "answer": min(self.k * self.max_nodes, self.max_passages)}
 
     def forward(self, question: str) -> dspy.Prediction:
         pending = chain_of(self.plan(question=question, checked=[]))
@@ -56,7 +58,7 @@ class SearchChain(dspy.Module):
             if not check.supported and replans < self.max_replans:  # corrected or completed: re-plan the rest
                 replans += 1
                 pending = chain_of(self.plan(question=question, checked=checked))
-        passages = most_relevant_last(merge_by_rank(rankings))
+        passages = most_relevant_last(merge_by_rank(rankings)[: self.max_passages])
         documents = [format_passage(p) for p in passages]
         answer = self.answer(documents=documents, question=question, follow_ups=checked).answer
         return dspy.Prediction(answer=answer, passages=references(passages), chain=chain, replans=replans)

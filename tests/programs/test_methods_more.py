@@ -356,6 +356,19 @@ def test_search_chain_stops_at_max_nodes_and_expects_unknown_where_the_plan_gave
     assert [node["expected"] for node in prediction.chain] == ["film", "unknown"]
 
 
+def test_search_chain_answers_from_at_most_max_passages():
+    replies = [{"queries": ["Eiffel", "Istanbul"], "answers": ["tower", "city"]}]
+    replies += [{"supported": True, "answer": "tower"}, {"supported": True, "answer": "city"}, {"answer": "Paris"}]
+    program = SearchChain(OverlapRetriever(), k=2, max_passages=3)
+    prediction, lm = run(program, replies)
+    kept = {p["title"] for p in prediction.passages}
+    assert len(kept) == 3
+    retrieved = {p.title for ranking in program.retriever.results for p in ranking}
+    assert len(retrieved) == 4  # the fourth, least relevant one is left out of the answer's prompt
+    assert all((title in prompt(lm, 3)) == (title in kept) for title in retrieved)
+    assert program.max_documents() == {"verify": 2, "answer": 3}
+
+
 def test_rat_writes_a_query_and_revises_each_draft_step_then_answers_from_the_revised_chain():
     retriever = OverlapRetriever()
     prediction, lm = run(RAT(retriever, k=2, max_steps=2), HAPPY_PATHS["rat"][1])
