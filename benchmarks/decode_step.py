@@ -2,11 +2,13 @@
 
     python benchmarks/decode_step.py --model smollm2-135m --lengths 160,1600
 
-For each cache length L (the tokens already in every row's KV cache), rows of one shared random prefix are laid
-out in the engine's in-place KV buffers (``BufferLayer``), and ``--steps`` single-token forward passes are timed
-at batch 1, 2, 4, 6 and 8; the table gives the median ms per step and its ratio to one row. The engine's own
-ms / step (``benchmarks/lm_throughput.py``) adds what runs beside the forward pass in a real run (callers'
-tokenizing and parsing on the same cores); compare the two to see how much of a batched step is the model's.
+For each weight layout (oneDNN-packed linear layers, the engine's default on CPU, and torch's dense ones; see
+``programs/lm/packed.py``) and each cache length L (the tokens already in every row's KV cache), rows of one
+shared random prefix are laid out in the engine's in-place KV buffers (``BufferLayer``), and ``--steps``
+single-token forward passes are timed at batch 1, 2, 4, 6 and 8; the table gives the median ms per step and its
+ratio to one row. The engine's own ms / step (``benchmarks/lm_throughput.py``) adds what runs beside the forward
+pass in a real run (callers' tokenizing and parsing on the same cores); compare the two to see how much of a
+batched step is the model's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="smollm2-135m", help="preset, model directory or .gguf file")
     parser.add_argument("--lengths", default="160,1600", help="comma-separated KV cache lengths")
     parser.add_argument("--steps", type=int, default=12, help="decode steps timed per row count")
+    parser.add_argument("--layouts", default="packed,dense", help="comma-separated weight layouts: packed, dense")
     args = parser.parse_args(argv)
 
     import torch
@@ -52,18 +55,26 @@ def main(argv: list[str] | None = None) -> dict:
 
     from ragscale.programs.lm.models import load_model
 
-    model, _ = load_model(args.model)
-    results: dict[int, dict[int, float]] = {}
-    with torch.inference_mode():
-        for length in [int(n) for n in args.lengths.split(",")]:
-            prefix = DynamicCache(config=model.config)
-            ids = torch.randint(100, 10_000, (1, length), device=model.device)
-            model(input_ids=ids, past_key_values=prefix, use_cache=True, logits_to_keep=1)
-            results[length] = {rows: step_ms(model, prefix, rows, length, args.steps) for rows in ROWS}
+    results: dict[str, dict[int, dict[int, float]]] = {}
+    for layout in args.layouts.split(","):
+        if layout not in ("packed", "dense"):
+            parser.error(f"--layouts: unknown layout {layout!r}; valid: packed, dense")
+        model, _ = load_model(args.model, pack=layout == "packed")
+        results[layout] = {}
+        with torch.inference_mode():
+            for length in [int(n) for n in args.lengths.split(",")]:
+                prefix = DynamicCache(config=model.config)
+                ids = torch.randint(100, 10_000, (1, length), device=model.device)
+                model(input_ids=ids, past_key_values=prefix, use_cache=True, logits_to_keep=1)
+                results[layout][length] = {rows: step_ms(model, prefix, rows, length, args.steps) for rows in ROWS}
+        del model
     print(f"model {args.model}, torch threads {torch.get_num_threads()}, median of {args.steps} steps")
-    print(f"{'cache length':>12} " + " ".join(f"{f'{r} rows ms':>10}" for r in ROWS) + "  8 rows / 1 row")
-    for length, row in results.items():
-        print(f"{length:>12} " + " ".join(f"{row[r]:>10.1f}" for r in ROWS) + f"  {row[8] / row[1]:>13.2f}x")
+    header = " ".join(f"{f'{r} rows ms':>10}" for r in ROWS)
+    print(f"{'weights':>7} {'cache length':>12} {header}  8 rows / 1 row")
+    for layout, by_length in results.items():
+        for length, row in by_length.items():
+            times = " ".join(f"{row[r]:>10.1f}" for r in ROWS)
+            print(f"{layout:>7} {length:>12} {times}  {row[8] / row[1]:>13.2f}x")
     return results
 
 

@@ -32,15 +32,17 @@ _ENGINES: dict[tuple, TorchEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def _engine(name: str, device: str | None, dtype: str | None, max_batch_size: int) -> TorchEngine:
+def _engine(
+    name: str, device: str | None, dtype: str | None, max_batch_size: int, pack: bool | None = None
+) -> TorchEngine:
     from ragscale.programs.lm.engine import TorchEngine
     from ragscale.programs.lm.models import load_model, pick_device_dtype, resolve
 
     path = resolve(name)
-    key = (str(path), *map(str, pick_device_dtype(device, dtype)), max_batch_size)
+    key = (str(path), *map(str, pick_device_dtype(device, dtype)), max_batch_size, pack)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
-            model, tokenizer = load_model(name, device=device, dtype=dtype)
+            model, tokenizer = load_model(name, device=device, dtype=dtype, pack=pack)
             _ENGINES[key] = TorchEngine(model, tokenizer, name=name, max_batch_size=max_batch_size)
         return _ENGINES[key]
 
@@ -55,13 +57,15 @@ def load_lm(
     device: str | None = None,
     dtype: str | None = None,
     max_batch_size: int = 8,
+    pack: bool | None = None,
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` for a preset (``PRESETS``), a model directory, a ``.gguf`` file, or ``openai/<model>``.
 
     ``cache=True`` lets DSPy's cache serve identical requests (reruns cost nothing); ``cache=False`` turns it off.
     ``openai/<model>`` needs ``api_base`` (e.g. ``http://localhost:8000/v1``) and accepts ``context_window=N``.
-    Other keyword arguments become default request parameters of the LM.
+    ``pack`` is :func:`~ragscale.programs.lm.models.load_model`'s: oneDNN-packed linear layers, by default for a
+    float32 model on CPU. Other keyword arguments become default request parameters of the LM.
     """
     common = {"max_tokens": max_tokens, "temperature": temperature, "cache": cache}
     if name.startswith("openai/"):
@@ -72,7 +76,7 @@ def load_lm(
         return MeteredLM(name, api_base=api_base, context_window=window, **common, **kwargs)
     if api_base:
         raise ValueError(f"api_base is for 'openai/<model>' server models, not the local model {name!r}")
-    engine = _engine(name, device, dtype, max_batch_size)
+    engine = _engine(name, device, dtype, max_batch_size, pack)
     return MeteredLM(
         f"local/{name}", engine=engine, num_retries=0, context_window=engine.context_window, **common, **kwargs
     )

@@ -159,15 +159,27 @@ def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tu
     return device, getattr(torch, dtype)
 
 
-def load_model(name: str, *, device: str | None = None, dtype: str | None = None) -> tuple[Any, Any]:
-    """Load (model, tokenizer) for a preset, directory or GGUF file, in eval mode on the chosen device."""
+def load_model(
+    name: str, *, device: str | None = None, dtype: str | None = None, pack: bool | None = None
+) -> tuple[Any, Any]:
+    """Load (model, tokenizer) for a preset, directory or GGUF file, for inference on the chosen device.
+
+    ``pack`` runs the linear layers on oneDNN's packed weights (``packed.py``, about 2x faster on CPU); the
+    default packs a float32 model on CPU, ``pack=True`` insists (an error where it cannot), ``False`` keeps
+    torch's dense layers.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ragscale.programs.lm.packed import can_pack, pack_linears
 
     path = resolve(name)
     device, torch_dtype = pick_device_dtype(device, dtype)
     where, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
     tokenizer = AutoTokenizer.from_pretrained(where, **extra)
     model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **extra).to(device).eval()
+    model.requires_grad_(False)
+    if pack or (pack is None and can_pack(model)):
+        logger.info("%s: %d linear layers packed for oneDNN", name, pack_linears(model))
     if not getattr(tokenizer, "chat_template", None):
         logger.info("%s has no chat template; using the plain User:/Assistant: template", name)
         tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
