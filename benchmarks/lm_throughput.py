@@ -71,6 +71,8 @@ def model_speed(engine, examples: list[dict], batch: int, length: int = 512, ste
     import torch
     from transformers import DynamicCache
 
+    from ragscale.programs.lm.openmp import release_openmp_threads
+
     text = " ".join(p["text"] for ex in examples for p in ex["paragraphs"])
     ids = engine.tokenizer(text, add_special_tokens=False).input_ids
     rows = torch.tensor([ids[i * length : (i + 1) * length] for i in range(batch)], device=engine.model.device)
@@ -83,6 +85,7 @@ def model_speed(engine, examples: list[dict], batch: int, length: int = 512, ste
         for _ in range(steps):
             out = engine.model(input_ids=out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
         decode = time.perf_counter() - start
+    release_openmp_threads()  # the engine's worker runs the model next; see programs/lm/openmp.py
     return batch * length / prefill, batch * steps / decode
 
 

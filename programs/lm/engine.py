@@ -108,7 +108,7 @@ class TorchEngine:
         max_batch_size: int = 8,
         wait_s: float = 0.01,
         prefix_cache: bool = True,
-        min_prefix_tokens: int = 32,
+        min_prefix_tokens: int = 16,
         prefix_slots: int = 4,
     ) -> None:
         self.model, self.tokenizer, self.name = model, tokenizer, name
@@ -282,11 +282,15 @@ class TorchEngine:
             self._serve()
 
     def _serve(self) -> None:
+        from ragscale.programs.lm.openmp import release_openmp_threads
+
         running: _Running | None = None
         closing = False  # close() was called: finish what is running, take nothing new
         while True:
             first = None
             if running is None:
+                if self._queue.empty():
+                    release_openmp_threads()  # an idle worker's helper threads slow every other torch thread
                 first = None if closing else self._queue.get()
                 if first is None:
                     return
@@ -328,7 +332,8 @@ class TorchEngine:
         """(length, batch-1 KV cache) of a prefix every job shares, or (0, None).
 
         The longest match among the retained prefixes wins; otherwise the batch's own common prefix is
-        prefilled and retained (for a single request, its whole prompt: the next one may share its start).
+        prefilled and retained. A single request with no match gets (0, None): its whole prompt is prefilled in
+        one pass and :meth:`_prefill` retains it (the next request may share its start).
         """
         if not self.prefix_cache:
             return 0, None
@@ -349,7 +354,7 @@ class TorchEngine:
                 best = (best[0][:n], DynamicCache(layers, config=self.model.config))
             self._remember(best)
             return n, best[1]
-        if common < self.min_prefix_tokens:
+        if common < self.min_prefix_tokens or len(jobs) == 1:
             return 0, None
         import torch
 
@@ -416,6 +421,9 @@ class TorchEngine:
         prefix_layers = list(prefix) if prefix is not None else [(None, None)] * len(cache.layers)
         cache.layers = [BufferLayer(len(jobs), capacity, k, v) for k, v, *_ in prefix_layers]
         logits = self._forward(ids, mask, positions, cache, keep)
+        if self.prefix_cache and len(jobs) == 1 and n_prefix == 0 and width >= self.min_prefix_tokens:
+            layers = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+            self._remember((list(jobs[0].ids), DynamicCache(layers, config=self.model.config)))
         return logits[:, -keep:, :], cache, mask, positions[:, -1:] + 1
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> Any:

@@ -170,6 +170,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ragscale.programs.lm.openmp import release_openmp_threads
     from ragscale.programs.lm.packed import can_pack, pack_linears
 
     path = resolve(name)
@@ -185,4 +186,5 @@ def load_model(
         tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    release_openmp_threads()  # the engine's worker thread runs the model; this thread's helpers would slow it
     return model, tokenizer

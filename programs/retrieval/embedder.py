@@ -77,6 +77,8 @@ class MiniLMEmbedder:
         import numpy as np
         import torch
 
+        from ragscale.programs.lm.openmp import release_openmp_threads
+
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         tokenizer, model = self._load()
@@ -99,6 +101,7 @@ class MiniLMEmbedder:
                 pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
                 pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
                 out[batch] = pooled.float().cpu().numpy()
+        release_openmp_threads()  # idle helper threads of every caller would slow the LM engine's worker
         return out
 
     def __deepcopy__(self, memo: dict) -> MiniLMEmbedder:

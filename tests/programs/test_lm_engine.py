@@ -327,3 +327,28 @@ def test_packing_a_model_it_cannot_pack_names_the_dtype(engine):
 
     with pytest.raises(ValueError, match=r"float32 model on CPU.*bfloat16"):
         load_model("smollm2-135m", dtype="bfloat16", pack=True)
+
+
+def test_a_single_request_is_prefilled_in_one_pass_and_its_prompt_serves_the_next_one(engine):
+    demos = "\n".join(f"Example: the museum of Bob {i} is in {c}." for i, c in enumerate(CITIES * 2))
+    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    shared = TorchEngine(engine.model, engine.tokenizer, prefix_cache=True)
+    for i in (1, 2):
+        job, expected = (jobs_for(e, [f"{demos}\n\n{city_question(i)}"]) for e in (shared, plain))
+        reused = shared.prefix_tokens_reused
+        shared.generate(job)
+        plain.generate(expected)
+        assert texts(shared, job) == texts(plain, expected)
+        # the first prompt is computed whole; the second reuses its keys/values up to where the two differ
+        assert (shared.prefix_tokens_reused > reused) == (i == 2)
+
+
+def test_a_thread_can_give_its_openmp_helper_threads_back():
+    import sys
+
+    import torch
+
+    from ragscale.programs.lm.openmp import release_openmp_threads
+
+    torch.randn(256, 256) @ torch.randn(256, 256)
+    assert release_openmp_threads() == sys.platform.startswith("linux")
