@@ -6,9 +6,8 @@ For each weight layout (oneDNN-packed linear layers, the engine's default on CPU
 ``programs/lm/packed.py``) and each cache length L (the tokens already in every row's KV cache), rows of one
 shared random prefix are laid out in the engine's in-place KV buffers (``BufferLayer``), and ``--steps``
 single-token forward passes are timed at batch 1, 2, 4, 6 and 8; the table gives the median ms per step and its
-ratio to one row. The engine's own ms / step (``benchmarks/lm_throughput.py``) adds what runs beside the forward
-pass in a real run (callers' tokenizing and parsing on the same cores); compare the two to see how much of a
-batched step is the model's.
+ratio to one row. Compare it with the engine's own ms / step (``benchmarks/lm_throughput.py``) to see how much of
+a batched step in a real run is the model's.
 """
 
 from __future__ import annotations
