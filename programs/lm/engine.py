@@ -16,6 +16,10 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
   gathers what arrives within ``wait_s`` (up to ``max_batch_size``) and runs it as one padded batch. Each row
   leaves the batch, and its caller gets its completion, as soon as it finishes; between two decode steps the
   requests queued meanwhile are prefilled and join the running batch (right-aligned, padding masked out).
+- A batch of more than ``prefill_tokens`` (rows x padded width, default 1,024) is prefilled in groups of rows, one
+  forward pass per group, into the batch's buffers. Measured on the 2-core CPU with 8 DRAG-shaped prompts (~600
+  tokens each after a shared 1,000-token prefix): 20.3 s of prefill for 16 of them in two passes of 8 rows, 15.2 s
+  in passes of one row, 12.3-13.2 s one request at a time.
 - Shared-prefix KV cache: the longest token prefix common to the batch (or to a prefix retained from earlier
   calls) is prefilled once; every row reuses its keys/values. Rows are laid out as prefix + padding + suffix, with
   the padding masked out and positions continuing after the prefix.
@@ -110,10 +114,12 @@ class TorchEngine:
         prefix_cache: bool = True,
         min_prefix_tokens: int = 16,
         prefix_slots: int = 4,
+        prefill_tokens: int = 1024,
     ) -> None:
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.max_batch_size, self.wait_s = max_batch_size, wait_s
         self.prefix_cache, self.min_prefix_tokens, self.prefix_slots = prefix_cache, min_prefix_tokens, prefix_slots
+        self.prefill_tokens = prefill_tokens
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
         self._eos = self._eos_ids()
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
@@ -418,9 +424,21 @@ class TorchEngine:
         # copied in once and every step writes its keys/values in place (concatenating would copy it all per step)
         capacity = n_prefix + width + max(j.max_new for j in jobs)
         cache = DynamicCache(config=self.model.config)
-        prefix_layers = list(prefix) if prefix is not None else [(None, None)] * len(cache.layers)
-        cache.layers = [BufferLayer(len(jobs), capacity, k, v) for k, v, *_ in prefix_layers]
-        logits = self._forward(ids, mask, positions, cache, keep)
+        if prefix is None:  # an empty prefix, so that the buffers exist before the passes below fill their rows
+            config = self.model.config
+            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+            empty = torch.empty((1, config.num_key_value_heads, 0, dim), dtype=self.model.dtype, device=ids.device)
+            prefix = [(empty, empty)] * len(cache.layers)
+        cache.layers = [BufferLayer(len(jobs), capacity, k, v) for k, v, *_ in prefix]
+        group, logits = max(1, self.prefill_tokens // width), []  # rows per forward pass
+        for start in range(0, len(jobs), group):
+            stop = min(start + group, len(jobs))
+            part = DynamicCache(config=self.model.config)
+            part.layers = [layer.rows_view(start, stop) for layer in cache.layers]
+            logits.append(self._forward(ids[start:stop], mask[start:stop], positions[start:stop], part, keep))
+        logits = torch.cat(logits)
+        for layer in cache.layers:
+            layer.grow(n_prefix + width)
         if self.prefix_cache and len(jobs) == 1 and n_prefix == 0 and width >= self.min_prefix_tokens:
             layers = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
             self._remember((list(jobs[0].ids), DynamicCache(layers, config=self.model.config)))

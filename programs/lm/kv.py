@@ -43,6 +43,20 @@ class BufferLayer(DynamicLayer):
         self.length = end
         return self._expose()
 
+    def rows_view(self, start: int, stop: int) -> "BufferLayer":
+        """A layer over rows ``start:stop`` of this one's buffers (no copy): a forward pass on those rows alone
+        writes its keys/values here. Call :meth:`grow` on this layer afterwards."""
+        view = BufferLayer(stop - start, self.capacity)
+        view._keys, view._values = self._keys[start:stop], self._values[start:stop]
+        view.length, view.dtype, view.device, view.is_initialized = self.length, self.dtype, self.device, True
+        view._expose()
+        return view
+
+    def grow(self, length: int) -> None:
+        """Mark the first ``length`` positions filled (after :meth:`rows_view` passes wrote them)."""
+        self.length = length
+        self._expose()
+
     def batch_select_indices(self, indices: Any) -> None:
         self._keys, self._values = self._keys[indices], self._values[indices]
         self.rows = len(indices)

@@ -352,3 +352,20 @@ def test_a_thread_can_give_its_openmp_helper_threads_back():
 
     torch.randn(256, 256) @ torch.randn(256, 256)
     assert release_openmp_threads() == sys.platform.startswith("linux")
+
+
+@pytest.mark.parametrize("prefix_cache", [False, True])
+def test_a_batch_longer_than_one_prefill_pass_is_prefilled_in_groups_of_rows(engine, prefix_cache, monkeypatch):
+    demos = "\n".join(f"Example: the museum of Eve {i} is in {c}." for i, c in enumerate(CITIES))
+    prompts = [f"{demos}\n\n{city_question(i)}" + " Please." * i for i in range(3)]  # unequal lengths: padding
+    whole = TorchEngine(engine.model, engine.tokenizer, prefix_cache=prefix_cache)
+    expected = jobs_for(whole, prompts)
+    whole.generate(expected)
+    grouped = TorchEngine(engine.model, engine.tokenizer, prefix_cache=prefix_cache, prefill_tokens=1)
+    passes = []
+    forward = grouped._forward
+    monkeypatch.setattr(grouped, "_forward", lambda ids, *a, **k: passes.append(ids.shape) or forward(ids, *a, **k))
+    batch = jobs_for(grouped, prompts)
+    grouped.generate(batch)
+    assert texts(grouped, batch) == texts(whole, expected)
+    assert [rows for rows, width in passes[:3]] == [1, 1, 1]  # one row per prefill pass, then decoding
