@@ -44,6 +44,10 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+# a running batch's KV buffers leave room for requests that join it without copying its rows: spare rows up to
+# max_batch_size, SLACK columns on the left for a joining prompt longer than the batch, ROOM columns on the right
+SLACK, ROOM = 128, 256
+
 
 @dataclass(eq=False)
 class _Job:
@@ -312,7 +316,7 @@ class TorchEngine:
                 self._finish(choices)
             try:
                 if generations:
-                    running = self._merge(running, self._start(generations))
+                    running = self._merge(running, self._start(generations, running=running is None))
                 if running is not None:
                     running = self._step(running)
             except Exception as exc:
@@ -396,11 +400,14 @@ class TorchEngine:
             tail = self.tokenizer.decode(job.tokens[job.text_start :][-tail_len:], skip_special_tokens=True)
         return any(s and s in tail for s in job.stops)
 
-    def _prefill(self, jobs: list[_Job], keep: int = 1, limit: int | None = None) -> tuple[Any, Any, Any, Any]:
-        """One forward pass over the batch laid out as shared prefix + left padding + suffix.
+    def _prefill(
+        self, jobs: list[_Job], keep: int = 1, limit: int | None = None, running: bool = False
+    ) -> tuple[Any, Any, Any, Any]:
+        """Forward passes over the batch laid out as shared prefix + left padding + suffix.
 
         Returns (logits of the last ``keep`` positions, KV cache, attention mask, next position ids); the shared
-        prefix is at most ``limit`` tokens long.
+        prefix is at most ``limit`` tokens long. The cache of a ``running`` batch (one that decodes and that later
+        requests join) has room for them: spare rows, slack columns and ``ROOM`` more positions.
         """
         import torch
         from transformers import DynamicCache
@@ -422,14 +429,16 @@ class TorchEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, n_prefix:]
         # a fresh cache per batch, one buffer per layer sized for the whole generation: the retained prefix is
         # copied in once and every step writes its keys/values in place (concatenating would copy it all per step)
-        capacity = n_prefix + width + max(j.max_new for j in jobs)
+        capacity = n_prefix + width + max(j.max_new for j in jobs) + (ROOM if running else 0)
+        spare, slack = (max(0, self.max_batch_size - len(jobs)), SLACK) if running else (0, 0)
         cache = DynamicCache(config=self.model.config)
         if prefix is None:  # an empty prefix, so that the buffers exist before the passes below fill their rows
             config = self.model.config
             dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
             empty = torch.empty((1, config.num_key_value_heads, 0, dim), dtype=self.model.dtype, device=ids.device)
             prefix = [(empty, empty)] * len(cache.layers)
-        cache.layers = [BufferLayer(len(jobs), capacity, k, v) for k, v, *_ in prefix]
+        cache.layers = [BufferLayer(len(jobs), capacity, k, v, spare_rows=spare, slack=slack) for k, v, *_ in prefix]
+        end = cache.layers[0].length + width
         group, logits = max(1, self.prefill_tokens // width), []  # rows per forward pass
         for start in range(0, len(jobs), group):
             stop = min(start + group, len(jobs))
@@ -438,7 +447,7 @@ class TorchEngine:
             logits.append(self._forward(ids[start:stop], mask[start:stop], positions[start:stop], part, keep))
         logits = torch.cat(logits)
         for layer in cache.layers:
-            layer.grow(n_prefix + width)
+            layer.grow(end)
         if self.prefix_cache and len(jobs) == 1 and n_prefix == 0 and width >= self.min_prefix_tokens:
             layers = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
             self._remember((list(jobs[0].ids), DynamicCache(layers, config=self.model.config)))
@@ -513,14 +522,18 @@ class TorchEngine:
             while running is not None:
                 running = self._step(running)
 
-    def _start(self, jobs: list[_Job]) -> _Running:
+    def _start(self, jobs: list[_Job], running: bool = True) -> _Running:
         start = time.perf_counter()
-        logits, cache, mask, next_pos = self._prefill(jobs)
+        logits, cache, mask, next_pos = self._prefill(jobs, running=running)
         self.work["prefill"] += time.perf_counter() - start
         return _Running(list(jobs), cache, mask, next_pos, logits[:, -1, :])
 
     def _merge(self, running: _Running | None, new: _Running) -> _Running:
-        """One batch of ``running``'s rows and ``new``'s, right-aligned in fresh buffers (padding masked out)."""
+        """One batch of ``running``'s rows and ``new``'s, right-aligned (padding masked out).
+
+        ``new``'s rows are copied into ``running``'s spare rows when they fit; otherwise both are copied into new
+        buffers (with room for later joins again).
+        """
         if running is None:
             return new
         import torch
@@ -529,12 +542,17 @@ class TorchEngine:
 
         jobs = running.jobs + new.jobs
         self.joined += len(new.jobs)
-        width = max(running.mask.shape[1], new.mask.shape[1])
-        capacity = width + max(j.max_new - len(j.tokens) for j in jobs)
+        room = max(j.max_new - len(j.tokens) for j in jobs)
+        cache, pairs = running.cache, list(zip(running.cache.layers, new.cache.layers, strict=True))
+        if pairs[0][0].can_join(pairs[0][1], room):  # every layer has the same shape
+            grown = max(a.join(b) for a, b in pairs)  # the same for every layer
+            width = running.mask.shape[1] + grown
+            self.work["joins in place"] += 1
+        else:
+            width = max(running.mask.shape[1], new.mask.shape[1])
+            spare = max(0, self.max_batch_size - len(jobs))
+            cache.layers = [merge_layers(a, b, width, width + room + ROOM, spare, SLACK) for a, b in pairs]
         masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in (running.mask, new.mask)]
-        cache = running.cache
-        layers = zip(cache.layers, new.cache.layers, strict=True)
-        cache.layers = [merge_layers(a, b, width, capacity) for a, b in layers]
         return _Running(
             jobs,
             cache,
@@ -546,6 +564,8 @@ class TorchEngine:
     def _step(self, running: _Running) -> _Running | None:
         """Pick every row's next token; finished rows leave (their callers are released); decode one step."""
         import torch
+
+        from ragscale.programs.lm.kv import survivors
 
         for row, job in enumerate(running.jobs):
             if job.wants_text:
@@ -571,10 +591,17 @@ class TorchEngine:
         if not keep:
             return None
         cache, mask, next_pos = running.cache, running.mask, running.next_pos
-        if len(keep) < len(running.jobs):
+        if len(keep) < len(running.jobs):  # the last rows move into the finished rows' places
+            keep = survivors(keep)
+            for layer in cache.layers:
+                layer.keep_rows(keep)
             index = torch.tensor(keep, device=mask.device)
-            cache.batch_select_indices(index)
             mask, next_pos = mask[index], next_pos[index]
+            unused = int(mask.any(0).int().argmax())  # leading columns that were only the finished rows'
+            if unused:
+                mask = mask[:, unused:]
+                for layer in cache.layers:
+                    layer.trim(unused)
         mask = torch.cat([mask, mask.new_ones((len(keep), 1))], dim=-1)
         feed = torch.tensor([picked[r] for r in keep], device=mask.device)[:, None]
         start = time.perf_counter()

@@ -111,11 +111,11 @@ def test_eight_threads_get_the_same_answers_as_sequential_calls(lm):
     assert max(lm.engine.batch_sizes - before) > 1
 
 
-@pytest.mark.parametrize("first_long", [True, False])
-def test_a_request_that_arrives_mid_generation_joins_the_running_batch(engine, first_long):
+@pytest.mark.parametrize(("first_long", "notes", "in_place"), [(True, 16, True), (False, 2, True), (False, 16, False)])
+def test_a_request_that_arrives_mid_generation_joins_the_running_batch(engine, first_long, notes, in_place):
     import time
 
-    long = "\n".join(f"Note {i}: the museum of Ann {i} is in {c}." for i, c in enumerate(CITIES * 2))
+    long = "\n".join(f"Note {i}: the museum of Ann {i} is in {c}." for i, c in enumerate((CITIES * 2)[:notes]))
     prompts = [f"{long}\n\n{city_question(1)}", city_question(2)]
     prompts = prompts if first_long else prompts[::-1]
     alone = []
@@ -133,7 +133,33 @@ def test_a_request_that_arrives_mid_generation_joins_the_running_batch(engine, f
     assert first.done.wait(60) and second.done.wait(60)
     served.close()
     assert served.batch_sizes == {1: 2} and served.joined == 1  # the second joined the first's batch
+    # into the running batch's spare row, unless it is longer than the batch by more than the slack columns
+    assert served.work["joins in place"] == in_place
     assert texts(served, [first, second]) == alone
+
+
+def test_rows_that_finish_first_are_replaced_by_the_last_rows_and_the_others_decode_unchanged(engine):
+    prompts = [city_question(i) for i in range(5)]
+    lengths = [2, 16, 3, 16, 16]
+    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    alone = []
+    for p, n in zip(prompts, lengths, strict=True):
+        [job] = jobs_for(plain, [p], max_new=n)
+        plain.generate([job])
+        alone.append(job.tokens)
+    batch = jobs_for(plain, prompts)
+    for job, n in zip(batch, lengths, strict=True):
+        job.max_new = n
+    plain.generate(batch)
+    assert [j.tokens for j in batch] == alone
+
+
+def test_survivors_keeps_rows_in_place_and_fills_holes_from_the_end():
+    from ragscale.programs.lm.kv import survivors
+
+    assert survivors([0, 1, 2]) == [0, 1, 2]
+    assert survivors([1, 3, 4]) == [3, 1, 4]  # row 1 stays; rows 3 and 4 fill the holes 0 and 2
+    assert survivors([0, 2, 5]) == [0, 5, 2]
 
 
 def test_reusing_a_shared_prefix_cache_gives_the_same_outputs_as_recomputing(engine):
