@@ -29,11 +29,10 @@ class BufferLayer(DynamicLayer):
         if keys is not None:
             self.update(keys, values)
 
-    def _allocate(self, keys: Any, values: Any, zeroed: bool = False) -> None:
+    def _allocate(self, keys: Any, values: Any) -> None:
         """Buffers of ``rows + spare_rows`` x ``capacity`` positions shaped (heads, head size) like ``keys``."""
         shape = (self.rows + self.spare_rows, keys.shape[1], self.capacity, keys.shape[3])
-        new = (lambda t: t.new_zeros(shape)) if zeroed else (lambda t: t.new_empty(shape))
-        self._keys, self._values = new(keys), new(values)
+        self._keys, self._values = keys.new_empty(shape), values.new_empty(shape)
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
 
     def _expose(self) -> tuple[Any, Any]:
@@ -131,11 +130,14 @@ def survivors(keep: list[int]) -> list[int]:
 def merge_layers(a: BufferLayer, b: BufferLayer, width: int, capacity: int, spare_rows: int, slack: int) -> BufferLayer:
     """One layer holding ``a``'s rows then ``b``'s, each right-aligned to ``width`` filled positions, in new buffers.
 
-    The buffers start zeroed: the padding in front of the shorter rows is masked out, but it must hold numbers
-    (garbage memory could be NaN, and NaN times a zero attention weight is still NaN).
+    The rows' buffers start zeroed: the padding in front of the shorter rows is masked out, but it must hold numbers
+    (garbage memory could be NaN, and NaN times a zero attention weight is still NaN). Spare rows are left
+    unwritten (:meth:`BufferLayer.join` zeroes what it uses).
     """
     merged = BufferLayer(a.rows + b.rows, capacity, spare_rows=spare_rows, slack=slack)
-    merged._allocate(a.keys, a.values, zeroed=True)
+    merged._allocate(a.keys, a.values)
+    merged._keys[: merged.rows].zero_()
+    merged._values[: merged.rows].zero_()
     end = slack + width
     for rows, layer in ((slice(0, a.rows), a), (slice(a.rows, a.rows + b.rows), b)):
         filled = layer.length - layer.start
