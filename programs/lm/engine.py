@@ -21,8 +21,8 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
   batch (copying it on every join made 8 threads on DRAG-shaped prompts barely faster than one).
 - A batch of more than ``prefill_tokens`` (rows x padded width, default 1,024) is prefilled in groups of rows, one
   forward pass per group, into the batch's buffers. Measured on the 2-core CPU with 8 DRAG-shaped prompts (~600
-  tokens each after a shared 1,000-token prefix): 20.3 s of prefill for 16 of them in two passes of 8 rows, 15.2 s
-  in passes of one row, 12.3-13.2 s one request at a time.
+  tokens each after a shared 1,000-token prefix): 20.3 s of prefill for 16 of them in two passes of 8 rows, 14.5-15.2
+  s in passes of one row, 12.3-13.2 s one request at a time.
 - Shared-prefix KV cache: the longest token prefix common to the batch (or to a prefix retained from earlier
   calls) is prefilled once; every row reuses its keys/values. Rows are laid out as prefix + padding + suffix, with
   the padding masked out and positions continuing after the prefix.
@@ -140,7 +140,7 @@ class TorchEngine:
         self.prefix_tokens_reused = 0  # prompt tokens served from a shared prefix instead of recomputed
         self.joined = 0  # requests that joined a batch already decoding
         # where the worker's time goes: seconds spent in "prefill", "decode" and "choose", decode "steps" run and
-        # "rows" decoded over them (rows / steps is the mean decode batch)
+        # "rows" decoded over them (rows / steps is the mean decode batch), and "joins in place" (see _merge)
         self.work: Counter[str] = Counter()
 
     def _eos_ids(self) -> set[int]:
@@ -525,7 +525,7 @@ class TorchEngine:
             while running is not None:
                 running = self._step(running)
 
-    def _start(self, jobs: list[_Job], running: bool = True) -> _Running:
+    def _start(self, jobs: list[_Job], running: bool = False) -> _Running:
         start = time.perf_counter()
         logits, cache, mask, next_pos = self._prefill(jobs, running=running)
         self.work["prefill"] += time.perf_counter() - start
