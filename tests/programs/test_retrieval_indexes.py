@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import dspy
+import numpy as np
 import pytest
 
 from ragscale.programs.retrieval import (
@@ -83,6 +84,16 @@ def test_dense_retrieval_ranks_the_paragraph_about_the_question_entity_first(den
 def test_dense_retrieval_matches_a_paraphrase_without_shared_words(dense):
     passages = dense("an heiress famous for awful opera performances", 2)
     assert {p.title for p in passages} == {"Florence Foster Jenkins", "Tryphosa Bates-Batcheller"}
+
+
+def test_the_embedder_runs_packed_linear_layers_on_cpu_with_the_dense_layers_embeddings(corpus):
+    from ragscale.programs.lm.packed import PackedLinear
+
+    texts = [f"{p['title']}: {p['text']}" for p in corpus[:12]]
+    packed, dense = MiniLMEmbedder(), MiniLMEmbedder(pack=False)
+    assert any(isinstance(m, PackedLinear) for m in packed._load()[1].modules())
+    assert not any(isinstance(m, PackedLinear) for m in dense._load()[1].modules())
+    assert np.abs(packed.embed(texts) - dense.embed(texts)).max() < 1e-5
 
 
 def test_bm25_retrieval_finds_the_gold_paragraph_first(corpus, tmp_path):
