@@ -9,8 +9,9 @@
    - DRAG-shaped prompts: ~1,000 tokens of demonstrations shared by every question (from dev questions that
      are not measured) + ~500 tokens of the question's own paragraphs; <= 32 output tokens.
 3. Where the engine's time went in each of those runs (seconds of prefill and decode, decode steps, mean decode
-   batch, ms per step), and the ideal 8-thread speed-up: prefill does not shrink with batching (it is
-   compute-bound), decoding at best shrinks to one full batch per step at the measured step cost.
+   batch, ms per step), and two ceilings on the 8-thread speed-up: prefill does not shrink with batching (it is
+   compute-bound), decoding at best shrinks to one full batch per step at the measured step cost ("ideal"), and
+   at the very best costs nothing ("bound").
 
 The data is read straight from ``hotpotqa/dev.jsonl`` (``$RAGSCALE_DATA_DIR`` or ``<repo>/../shared/datasets``).
 Timings on a shared machine are noisy: compare runs taken under the same load.
@@ -121,6 +122,11 @@ def ideal_speedup(one: dict, eight: dict, batch: int = 8) -> float:
     return (one["prefill"] + one["decode"]) / (eight["prefill"] + one["rows"] / batch * step)
 
 
+def bound_speedup(one: dict, eight: dict) -> float:
+    """8 threads against 1 if decoding cost 8 threads nothing: their prefill alone against all of one thread's work."""
+    return (one["prefill"] + one["decode"]) / eight["prefill"]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m", help="preset, model directory or .gguf file")
@@ -181,15 +187,17 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{label:>26} {one:>15} {eight:>16} {eight / one:>8.2f}x")
     print(
         f"{'prompt':>26} {'threads':>7} {'prefill s':>9} {'decode s':>8} {'steps':>6} {'mean batch':>10} "
-        f"{'ms/step':>8} {'ideal speed-up':>14}"
+        f"{'ms/step':>8} {'ideal speed-up':>14} {'bound':>6}"
     )
     for name in ("short", "drag"):
         for t in (1, 8):
             w = runs[name][t][1]
             ideal = f"{ideal_speedup(runs[name][1][1], w):.2f}x" if t == 8 else ""
+            bound = f"{bound_speedup(runs[name][1][1], w):.2f}x" if t == 8 else ""
             print(
                 f"{name:>26} {t:>7} {w['prefill']:>9.2f} {w['decode']:>8.2f} {w['steps']:>6} "
-                f"{w['rows'] / max(w['steps'], 1):>10.2f} {1000 * w['decode'] / max(w['steps'], 1):>8.1f} {ideal:>14}"
+                f"{w['rows'] / max(w['steps'], 1):>10.2f} {1000 * w['decode'] / max(w['steps'], 1):>8.1f} {ideal:>14} "
+                f"{bound:>6}"
             )
     if no_prefix is not None:
         gain = result["questions_per_minute"]["8"] / no_prefix
