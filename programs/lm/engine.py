@@ -415,8 +415,6 @@ class TorchEngine:
         import torch
         from transformers import DynamicCache
 
-        from ragscale.programs.lm.kv import BufferLayer
-
         n_prefix, prefix = self._prefix(jobs, limit)
         self.batch_sizes[len(jobs)] += 1
         self.prefix_tokens_reused += n_prefix * len(jobs)
@@ -434,27 +432,48 @@ class TorchEngine:
         # copied in once and every step writes its keys/values in place (concatenating would copy it all per step)
         capacity = n_prefix + width + max(j.max_new for j in jobs) + (ROOM if running else 0)
         spare, slack = (max(0, self.max_batch_size - len(jobs)), SLACK) if running else (0, 0)
-        cache = DynamicCache(config=self.model.config)
-        if prefix is None:  # an empty prefix, so that the buffers exist before the passes below fill their rows
-            config = self.model.config
-            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-            empty = torch.empty((1, config.num_key_value_heads, 0, dim), dtype=self.model.dtype, device=ids.device)
-            prefix = [(empty, empty)] * len(cache.layers)
-        cache.layers = [BufferLayer(len(jobs), capacity, k, v, spare_rows=spare, slack=slack) for k, v, *_ in prefix]
-        end = cache.layers[0].length + width
-        group, logits = max(1, self.prefill_tokens // width), []  # rows per forward pass
-        for start in range(0, len(jobs), group):
-            stop = min(start + group, len(jobs))
-            part = DynamicCache(config=self.model.config)
-            part.layers = [layer.rows_view(start, stop) for layer in cache.layers]
-            logits.append(self._forward(ids[start:stop], mask[start:stop], positions[start:stop], part, keep))
-        logits = torch.cat(logits)
-        for layer in cache.layers:
-            layer.grow(end)
+        cache = self._buffers(prefix, len(jobs), capacity, spare, slack)
+        logits = self._forward_in_groups(ids, mask, positions, cache, keep)
         if self.prefix_cache and len(jobs) == 1 and n_prefix == 0 and width >= self.min_prefix_tokens:
             layers = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
             self._remember((list(jobs[0].ids), DynamicCache(layers, config=self.model.config)))
         return logits[:, -keep:, :], cache, mask, positions[:, -1:] + 1
+
+    def _buffers(self, prefix: Any, rows: int, capacity: int, spare: int, slack: int) -> Any:
+        """A cache of ``kv.BufferLayer``s for ``rows`` rows, each starting with ``prefix`` (a batch-1 cache; None:
+        empty, so that the buffers exist before the passes of :meth:`_forward_in_groups` fill their rows)."""
+        import torch
+        from transformers import DynamicCache
+
+        from ragscale.programs.lm.kv import BufferLayer
+
+        cache = DynamicCache(config=self.model.config)
+        if prefix is None:
+            config = self.model.config
+            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+            shape = (1, config.num_key_value_heads, 0, dim)
+            empty = torch.empty(shape, dtype=self.model.dtype, device=self.model.device)
+            prefix = [(empty, empty)] * len(cache.layers)
+        cache.layers = [BufferLayer(rows, capacity, k, v, spare_rows=spare, slack=slack) for k, v, *_ in prefix]
+        return cache
+
+    def _forward_in_groups(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> Any:
+        """:meth:`_forward` over the rows of ``ids`` in groups of at most ``prefill_tokens`` (rows x width), each
+        pass writing into row views of ``cache``'s buffers, which are then marked filled; the logits of all rows."""
+        import torch
+        from transformers import DynamicCache
+
+        width = ids.shape[1]
+        end = cache.layers[0].length + width
+        group, logits = max(1, self.prefill_tokens // width), []  # rows per forward pass
+        for start in range(0, len(ids), group):
+            rows = slice(start, start + group)
+            part = DynamicCache(config=self.model.config)
+            part.layers = [layer.rows_view(start, min(start + group, len(ids))) for layer in cache.layers]
+            logits.append(self._forward(ids[rows], mask[rows], positions[rows], part, keep))
+        for layer in cache.layers:
+            layer.grow(end)
+        return torch.cat(logits)
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> Any:
         """The model's logits for the last ``keep`` of ``ids`` (0: all), writing their keys/values to ``cache``."""
