@@ -37,7 +37,7 @@ class MiniLMEmbedder:
 
     name = "all-MiniLM-L6-v2"
     dimension = 384
-    _models: ClassVar[dict[tuple[str, str, bool], tuple[Any, Any]]] = {}
+    _models: ClassVar[dict[tuple[str, str, bool | None], tuple[Any, Any]]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
     # A fast tokenizer raises "Already borrowed" when two threads pad/truncate with it at once (DSPy's
     # Evaluate runs programs in threads), so tokenisation is serialised; the forward pass is not.
@@ -56,7 +56,7 @@ class MiniLMEmbedder:
         self.batch_size = batch_size
         self.max_length = max_length
         self.device = device
-        self.pack = device == "cpu" if pack is None else pack  # pack=True where it cannot raises at load
+        self.pack = pack  # None: pack where pack_linears can (float32 on CPU, torch with oneDNN); True insists
 
     def _load(self) -> tuple[Any, Any]:
         path = self.model_path
@@ -73,13 +73,13 @@ class MiniLMEmbedder:
             if key not in self._models:
                 from transformers import AutoModel, AutoTokenizer
 
-                from ragscale.programs.lm.packed import pack_linears
+                from ragscale.programs.lm.packed import can_pack, pack_linears
 
                 logger.info("loading embedder %s from %s", self.name, path)
                 tokenizer = AutoTokenizer.from_pretrained(path)
                 model = AutoModel.from_pretrained(path).to(self.device).eval()
-                if self.pack:
-                    pack_linears(model)
+                if self.pack or (self.pack is None and can_pack(model)):
+                    pack_linears(model)  # raises, naming why, where pack=True cannot be done
                 self._models[key] = (tokenizer, model)
         return self._models[key]
 
