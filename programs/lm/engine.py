@@ -467,10 +467,10 @@ class TorchEngine:
         end = cache.layers[0].length + width
         group, logits = max(1, self.prefill_tokens // width), []  # rows per forward pass
         for start in range(0, len(ids), group):
-            rows = slice(start, start + group)
+            stop = min(start + group, len(ids))
             part = DynamicCache(config=self.model.config)
-            part.layers = [layer.rows_view(start, min(start + group, len(ids))) for layer in cache.layers]
-            logits.append(self._forward(ids[rows], mask[rows], positions[rows], part, keep))
+            part.layers = [layer.rows_view(start, stop) for layer in cache.layers]
+            logits.append(self._forward(ids[start:stop], mask[start:stop], positions[start:stop], part, keep))
         for layer in cache.layers:
             layer.grow(end)
         return torch.cat(logits)
