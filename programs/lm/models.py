@@ -171,7 +171,7 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ragscale.programs.lm.openmp import release_openmp_threads
-    from ragscale.programs.lm.packed import can_pack, pack_linears
+    from ragscale.programs.lm.packed import maybe_pack
 
     path = resolve(name)
     device, torch_dtype = pick_device_dtype(device, dtype)
@@ -179,8 +179,8 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(where, **extra)
     model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **extra).to(device).eval()
     model.requires_grad_(False)
-    if pack or (pack is None and can_pack(model)):
-        logger.info("%s: %d linear layers packed for oneDNN", name, pack_linears(model))
+    if packed := maybe_pack(model, pack):
+        logger.info("%s: %d linear layers packed for oneDNN", name, packed)
     if not getattr(tokenizer, "chat_template", None):
         logger.info("%s has no chat template; using the plain User:/Assistant: template", name)
         tokenizer.chat_template = PLAIN_CHAT_TEMPLATE

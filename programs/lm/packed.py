@@ -53,3 +53,9 @@ def pack_linears(model: torch.nn.Module) -> int:
                 setattr(parent, name, PackedLinear(child))
                 replaced += 1
     return replaced
+
+
+def maybe_pack(model: torch.nn.Module, pack: bool | None) -> int:
+    """Apply :func:`pack_linears` as ``pack`` asks: None packs where it can (:func:`can_pack`), True insists (an
+    error naming why where it cannot), False keeps torch's dense layers. The number of layers replaced."""
+    return pack_linears(model) if pack or (pack is None and can_pack(model)) else 0

@@ -56,7 +56,7 @@ class MiniLMEmbedder:
         self.batch_size = batch_size
         self.max_length = max_length
         self.device = device
-        self.pack = pack  # None: pack where pack_linears can (float32 on CPU, torch with oneDNN); True insists
+        self.pack = pack  # see packed.maybe_pack: None packs where it can, True insists, False keeps dense layers
 
     def _load(self) -> tuple[Any, Any]:
         path = self.model_path
@@ -73,13 +73,12 @@ class MiniLMEmbedder:
             if key not in self._models:
                 from transformers import AutoModel, AutoTokenizer
 
-                from ragscale.programs.lm.packed import can_pack, pack_linears
+                from ragscale.programs.lm.packed import maybe_pack
 
                 logger.info("loading embedder %s from %s", self.name, path)
                 tokenizer = AutoTokenizer.from_pretrained(path)
                 model = AutoModel.from_pretrained(path).to(self.device).eval()
-                if self.pack or (self.pack is None and can_pack(model)):
-                    pack_linears(model)  # raises, naming why, where pack=True cannot be done
+                maybe_pack(model, self.pack)
                 self._models[key] = (tokenizer, model)
         return self._models[key]
 
