@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml requirements-models.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m ragscale.optimizers.demo
+	$(BIN)/python -m ragscale.experiments.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

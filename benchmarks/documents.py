@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     import dspy
     from dspy.utils.exceptions import AdapterParseError
 
-    from ragscale.optimizers.documents import Collection, ingest
+    from ragscale.experiments.documents import Collection, ingest
     from ragscale.optimizers.metrics import accuracy, exact_match
-    from ragscale.optimizers.runner import make_adapter
+    from ragscale.experiments.runner import make_adapter
     from ragscale.programs.lm import load_lm, meter
     from ragscale.programs.rag import RAG
     from ragscale.programs.retrieval.rerank import Reranker

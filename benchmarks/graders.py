@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    from ragscale.optimizers.cli import OFFLINE_ENV
+    from ragscale.experiments.cli import OFFLINE_ENV
 
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragscale.data import load_split
     from ragscale.optimizers.graders import compile_graders, grade_examples
-    from ragscale.optimizers.runner import load_named_lm, make_adapter
+    from ragscale.experiments.runner import load_named_lm, make_adapter
     from ragscale.programs.lm import meter
     from ragscale.signatures import Grade
 

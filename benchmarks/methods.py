@@ -56,11 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every summary as one JSON list")
     args = parser.parse_args(argv)
 
-    from ragscale.optimizers.cli import prepare_process
+    from ragscale.experiments.cli import prepare_process
 
     prepare_process()
-    from ragscale.optimizers.config import ConfigError, RunConfig
-    from ragscale.optimizers.runner import load_lm_for, run_experiment
+    from ragscale.experiments.config import ConfigError, RunConfig
+    from ragscale.experiments.runner import load_lm_for, run_experiment
     from ragscale.optimizers.teleprompters import ContextWindowError
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]

@@ -1,1 +1,2 @@
-"""How a program is compiled and measured: metrics, the teleprompter registry, the runner and the CLI."""
+"""How a program is compiled: metrics, the teleprompters by name, demonstration construction, graders and the
+context-window check."""

@@ -62,8 +62,8 @@ def test_none_leaves_the_graders_untrained():
 
 
 def test_the_runner_compiles_crag_with_label_trained_graders():
-    from ragscale.optimizers.config import RunConfig
-    from ragscale.optimizers.runner import compile_for
+    from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.runner import compile_for
 
     config = RunConfig(method="crag", dataset="hotpotqa", optimizer="labeled", max_demos=2)
     program = compile_for(config, CRAG(no_retrieval, k=2), load_jsonl(FIXTURE), lm=DummyLM([]))

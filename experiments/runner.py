@@ -36,8 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ragscale.optimizers import tracking
-from ragscale.optimizers.config import ConfigError, RunConfig
+from ragscale.experiments import tracking
+from ragscale.experiments.config import ConfigError, RunConfig
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 RAG, DRAG and IterDRAG evaluated on the first N HotpotQA dev questions with the default packaged model, each run
 logged to MLflow under `runs/`, and the comparison printed (paired bootstrap CIs against closed-book).
 
-    python -m ragscale.optimizers.demo [--limit N] [--lm NAME] [--runs-dir DIR] [--threads T]
+    python -m ragscale.experiments.demo [--limit N] [--lm NAME] [--runs-dir DIR] [--threads T]
 
 One LM is loaded once and shared by the four runs; the retrieval index is built by the first retrieval run and
 reused by the others (same corpus, same key).
@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ragscale.optimizers.cli import prepare_process
+from ragscale.experiments.cli import prepare_process
 
 DEMO_RUNS = (("closed-book", "none"), ("rag", "none"), ("drag", "bootstrap"), ("iterdrag", "bootstrap"))
 
@@ -29,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prepare_process()
 
-    from ragscale.optimizers.compare import compare_runs, format_table, load_runs
-    from ragscale.optimizers.config import RunConfig
-    from ragscale.optimizers.runner import load_lm_for, run_experiment
+    from ragscale.experiments.compare import compare_runs, format_table, load_runs
+    from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.runner import load_lm_for, run_experiment
 
     start = time.perf_counter()
     configs = [

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from dspy.lm15 import Message, Response, TextPart, Usage
 
-from ragscale.optimizers import tracking
-from ragscale.optimizers.config import RunConfig
-from ragscale.optimizers.sweep import (
+from ragscale.experiments import tracking
+from ragscale.experiments.config import RunConfig
+from ragscale.experiments.sweep import (
     ALLOCATION,
     LEDGER,
     PLOT,

@@ -43,9 +43,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ragscale.optimizers import allocation, tracking
-from ragscale.optimizers.config import ConfigError, RunConfig
-from ragscale.optimizers.estimate import BASELINE, Estimate, Planner, estimate_fields, run_records
+from ragscale.experiments import allocation, tracking
+from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.experiments.estimate import BASELINE, Estimate, Planner, estimate_fields, run_records
 
 log = logging.getLogger(__name__)
 
@@ -567,7 +567,7 @@ def _compile(base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train:
     """Compile `point.method` with `point.shots` demos once, with the grid's largest k (and n for IterDRAG)."""
     import dspy
 
-    from ragscale.optimizers.runner import build_program, compile_for, make_adapter
+    from ragscale.experiments.runner import build_program, compile_for, make_adapter
 
     widest = Point(point.method, max(grid.docs), point.shots, max(grid.iterations) if point.method == "iterdrag" else 0)
     config = point_config(base, widest, docs_per_demo=docs_per_demo)
@@ -592,7 +592,7 @@ def run_sweep(
 ) -> SweepResult:
     """Plan, run what is not done yet, and summarise; see the module docstring. `report` receives the plan, the
     table and the allocation summary as text (the CLI prints them)."""
-    from ragscale.optimizers.runner import load_examples, load_lm_for, run_experiment
+    from ragscale.experiments.runner import load_examples, load_lm_for, run_experiment
     from ragscale.optimizers.teleprompters import ContextWindowError, cap_demos
 
     if lm is None:
@@ -760,7 +760,7 @@ def plan_only(
     """The plan alone: loads the LM (for its tokenizer and, without earlier runs, two tiny timed calls) and the
     data; builds no persistent index (documents are counted from an in-memory BM25 retriever standing in for the
     configured one), compiles nothing, opens no MLflow run."""
-    from ragscale.optimizers.runner import load_examples, load_lm_for
+    from ragscale.experiments.runner import load_examples, load_lm_for
 
     start = time.perf_counter()
     if lm is None:

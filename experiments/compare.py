@@ -92,8 +92,8 @@ class RunResult:
 
 def load_runs(runs_dir: Path) -> list[RunResult]:
     """Finished runs of the store under `runs_dir`, oldest first, with their predictions."""
-    from ragscale.optimizers import tracking
-    from ragscale.optimizers.runner import PREDICTIONS
+    from ragscale.experiments import tracking
+    from ragscale.experiments.runner import PREDICTIONS
 
     results = []
     for run in tracking.finished_runs(runs_dir):

@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragscale.optimizers import tracking
-from ragscale.optimizers.config import ConfigError, RunConfig
+from ragscale.experiments import tracking
+from ragscale.experiments.config import ConfigError, RunConfig
 
 if TYPE_CHECKING:
-    from ragscale.optimizers.sweep import Point, Speed
+    from ragscale.experiments.sweep import Point, Speed
     from ragscale.programs.retrieval import Passage
 
 log = logging.getLogger(__name__)
@@ -353,7 +353,7 @@ def run_records(runs_dir: Path, run_id: str) -> list[dict] | None:
     None when neither can be read."""
     from mlflow.exceptions import MlflowException
 
-    from ragscale.optimizers.runner import PREDICTIONS
+    from ragscale.experiments.runner import PREDICTIONS
 
     path = Path(runs_dir) / "work" / run_id / PREDICTIONS
     try:
@@ -377,7 +377,7 @@ class Planner:
 
     @classmethod
     def for_run(cls, base: RunConfig, lm, train: Sequence, evalset: Sequence, *, retriever, speed: Speed | None):
-        from ragscale.optimizers.runner import make_adapter
+        from ragscale.experiments.runner import make_adapter
 
         estimator = ContextEstimator(
             lm, make_adapter(base.adapter), train, evalset, retriever=retriever, seed=base.seed

@@ -8,8 +8,8 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from ragscale.optimizers.cli import main
-from ragscale.optimizers.documents import Collection, ask, contextualize_chunks, ingest
+from ragscale.experiments.cli import main
+from ragscale.experiments.documents import Collection, ask, contextualize_chunks, ingest
 
 SHARED_DOCUMENTS = Path(__file__).resolve().parents[2].parent / "shared" / "documents"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "documents"
@@ -237,7 +237,7 @@ def test_the_ask_command_prints_the_answer_and_its_sources_with_the_real_model(d
 
 
 def test_ask_names_the_path_of_a_source_whose_file_name_two_documents_share(documents, tmp_path, capsys, monkeypatch):
-    import ragscale.optimizers.documents as documents_module
+    import ragscale.experiments.documents as documents_module
 
     other = tmp_path / "other"
     other.mkdir()

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ragscale.optimizers.config import ADAPTERS, ConfigError, RunConfig
+from ragscale.experiments.config import ADAPTERS, ConfigError, RunConfig
 
 log = logging.getLogger("ragscale")
 
@@ -84,7 +84,7 @@ def _add_run(subparsers) -> None:
 
 
 def _cmd_run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ragscale.optimizers.runner import run_experiment
+    from ragscale.experiments.runner import run_experiment
 
     values = dict(vars(args))
     for key in ("command", "func", "json_path", "progress", "config", "verbose"):
@@ -127,7 +127,7 @@ def _add_compare(subparsers) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ragscale.optimizers.compare import compare_runs, format_table, load_runs, rows_to_json
+    from ragscale.experiments.compare import compare_runs, format_table, load_runs, rows_to_json
 
     runs = load_runs(args.runs_dir)
     if not runs:
@@ -155,12 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_run(subparsers)
     _add_compare(subparsers)
-    from ragscale.optimizers.documents import _add_ask, _add_ingest
+    from ragscale.experiments.documents import _add_ask, _add_ingest
 
     _add_ingest(subparsers)
     _add_ask(subparsers)
-    from ragscale.optimizers.sweep import add_allocate_parser as _add_allocate
-    from ragscale.optimizers.sweep import add_sweep_parser as _add_sweep
+    from ragscale.experiments.sweep import add_allocate_parser as _add_allocate
+    from ragscale.experiments.sweep import add_sweep_parser as _add_sweep
 
     _add_sweep(subparsers)
     _add_allocate(subparsers)

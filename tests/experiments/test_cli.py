@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from ragscale.optimizers.cli import main
-from ragscale.optimizers.config import ConfigError, RunConfig
+from ragscale.experiments.cli import main
+from ragscale.experiments.config import ConfigError, RunConfig
 
 
 def run_cli(argv, capsys) -> tuple[int, str]:
@@ -104,7 +104,7 @@ def test_the_shipped_configs_are_valid():
 def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
     import dspy
 
-    from ragscale.optimizers import runner
+    from ragscale.experiments import runner
 
     data = tmp_path / "data" / "nq"
     data.mkdir(parents=True)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from ragscale.optimizers import tracking
-from ragscale.optimizers.compare import RunResult, compare_runs, find_run, format_table, load_runs, paired_bootstrap
+from ragscale.experiments import tracking
+from ragscale.experiments.compare import RunResult, compare_runs, find_run, format_table, load_runs, paired_bootstrap
 
 
 def scores(pattern: str) -> dict[str, float]:
@@ -121,7 +121,7 @@ def test_runs_are_read_back_from_the_mlflow_store_with_their_predictions(tmp_pat
 
 
 def test_the_compare_command_prints_the_table_with_cis(tmp_path, capsys):
-    from ragscale.optimizers.cli import main
+    from ragscale.experiments.cli import main
 
     runs_dir = tmp_path / "runs"
     log_fake_run(runs_dir, tmp_path, "closed-book", "0" * 20)

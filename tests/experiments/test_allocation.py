@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from ragscale.optimizers import allocation
-from ragscale.optimizers.allocation import AllocationModel, Observation
+from ragscale.experiments import allocation
+from ragscale.experiments.allocation import AllocationModel, Observation
 
 A, B, C = [0.45, 0.20, 0.10], [1.5, -0.8, 0.0], -1.2
 TASKS = {"hotpotqa": (0.25, 0.05), "musique": (0.10, 0.02), "nq": (0.35, 0.15)}

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragscale.optimizers.config import ADAPTERS, ConfigError
+from ragscale.experiments.config import ADAPTERS, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -438,7 +438,7 @@ def ask(
 
 
 def _load_lm(name: str, api_base: str | None, max_tokens: int = 256) -> Any:
-    from ragscale.optimizers.runner import load_named_lm
+    from ragscale.experiments.runner import load_named_lm
 
     return load_named_lm(name, api_base=api_base, max_tokens=max_tokens)
 
@@ -480,7 +480,7 @@ def _cmd_ingest(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     import dspy
 
     from ragscale.data.documents import VLMDescriber
-    from ragscale.optimizers.runner import make_adapter
+    from ragscale.experiments.runner import make_adapter
 
     if bool(args.vlm_url) != bool(args.vlm_model):
         raise ConfigError("--vlm-url and --vlm-model go together")
@@ -539,7 +539,7 @@ def _add_ask(subparsers) -> None:
 def _cmd_ask(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import dspy
 
-    from ragscale.optimizers.runner import make_adapter
+    from ragscale.experiments.runner import make_adapter
 
     if not Collection(args.collection, args.runs_dir).exists:
         raise ConfigError(f"no collection {args.collection!r} under {args.runs_dir / 'collections'}")

@@ -7,9 +7,9 @@ import dspy
 import pytest
 from dspy.lm15 import Message, Response, TextPart, Usage
 
-from ragscale.optimizers import tracking
-from ragscale.optimizers.config import RunConfig
-from ragscale.optimizers.runner import PREDICTIONS, SUMMARY_KEYS, evaluate, run_experiment, summarize
+from ragscale.experiments import tracking
+from ragscale.experiments.config import RunConfig
+from ragscale.experiments.runner import PREDICTIONS, SUMMARY_KEYS, evaluate, run_experiment, summarize
 from ragscale.programs import PROGRAMS
 from ragscale.programs.lm.meter import MeteredLM
 
