@@ -28,18 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments.files import write_json
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DEV = REPO.parent / "shared" / "datasets" / "hotpotqa" / "dev.jsonl"
 SIGNATURES = ("Answer", "Decompose", "Grade")
-
-
-def _offline_env() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-parse-rate-"))
 
 
 def read_questions(path: Path, limit: int) -> list[dict]:
@@ -85,7 +78,7 @@ def run_case(signature, inputs: dict) -> tuple[bool, str]:
     """(parsed, detail): detail is the outputs when parsed, else the error with the raw text."""
     import dspy
 
-    from ragscale.programs.lm.adapter import FieldParseError
+    from ragscale.programs.lm.coerce import FieldParseError
 
     try:
         pred = dspy.Predict(signature)(**inputs)
@@ -141,7 +134,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, default=None, help="write {model, n, parse_rate} here")
     args = parser.parse_args(argv)
 
-    _offline_env()
+    from ragscale.experiments.cli import go_offline
+
+    go_offline()
+    os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-parse-rate-"))
     import dspy
 
     from ragscale.programs.lm import load_lm
@@ -181,8 +177,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     result = {"model": args.model, "n": len(rows), "parse_rate": rates}
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, result, indent=2)
     return result
 
 

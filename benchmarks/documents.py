@@ -36,6 +36,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from ragscale.experiments.files import write_json
+
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = REPO.parent / "shared" / "documents"
 QUESTIONS = Path(__file__).with_name("documents_questions.jsonl")
@@ -84,23 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_path", type=Path)
     args = parser.parse_args(argv)
 
-    for key, value in {
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-    }.items():
-        os.environ.setdefault(key, value)
+    from ragscale.experiments.cli import go_offline
+
+    go_offline()
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-bench-dspy-"))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     import dspy
     from dspy.utils.exceptions import AdapterParseError
 
-    from ragscale.experiments.documents import Collection, ingest
+    from ragscale.experiments.collection import Collection, ingest
     from ragscale.optimizers.metrics import accuracy, exact_match
-    from ragscale.experiments.runner import make_adapter
-    from ragscale.programs.lm import load_lm, meter
+    from ragscale.programs.lm import load_lm, make_adapter, meter
     from ragscale.programs.rag import RAG
     from ragscale.programs.retrieval.rerank import Reranker
 
@@ -262,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_path is not None:
         args.json_path.parent.mkdir(parents=True, exist_ok=True)
         payload = {**settings, "setup": setup, "rows": rows}
-        args.json_path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json_path, payload, indent=2)
     return 0
 
 

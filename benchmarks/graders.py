@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import contextvars
 import json
-import os
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from ragscale.experiments.files import write_json
 
 COLUMNS = ("optimizer", "demos", "accuracy", "relevant recall", "irrelevant recall", "ambiguous",
            "compile LM calls", "compile s", "grade s")  # fmt: skip
@@ -59,16 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    from ragscale.experiments.cli import OFFLINE_ENV
+    from ragscale.experiments.cli import go_offline
 
-    for key, value in OFFLINE_ENV.items():
-        os.environ.setdefault(key, value)
+    go_offline()
     import dspy
 
     from ragscale.data import load_split
+    from ragscale.experiments.runner import load_named_lm
     from ragscale.optimizers.graders import compile_graders, grade_examples
-    from ragscale.experiments.runner import load_named_lm, make_adapter
-    from ragscale.programs.lm import meter
+    from ragscale.programs.lm import make_adapter, meter
     from ragscale.signatures import Grade
 
     lm = load_named_lm(args.lm, cache=False)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{r['compile_s']:.0f}", f"{r['grade_s']:.0f}"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     if args.json:
-        args.json.write_text(json.dumps({"lm": args.lm, "n": len(dev), "rows": rows}, indent=2) + "\n")
+        write_json(args.json, {"lm": args.lm, "n": len(dev), "rows": rows}, indent=2)
     return 0
 
 

@@ -26,6 +26,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ragscale.experiments.files import write_json
+
 DEMO_TOKENS, DOC_TOKENS, SHORT_TOKENS, MAX_OUTPUT = 1000, 500, 200, 32
 
 
@@ -139,8 +141,10 @@ def main(argv: list[str] | None = None) -> dict:
     import tempfile
     import warnings
 
-    for key, value in (("HF_HUB_OFFLINE", "1"), ("LITELLM_LOCAL_MODEL_COST_MAP", "True"), ("TQDM_DISABLE", "1")):
-        os.environ.setdefault(key, value)
+    from ragscale.experiments.cli import go_offline
+
+    go_offline()
+    os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="lm-throughput-dspy-cache-")
     from ragscale.programs.lm import load_lm
 
@@ -204,8 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{'drag, no prefix cache':>26} {no_prefix:>15.2f} {'(8 threads vs this)':>16} {gain:>8.2f}x")
     print(f"prefills run (rows: count): {dict(sorted(engine.batch_sizes.items()))}, joined mid-batch: {engine.joined}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, result, indent=2)
     return result
 
 

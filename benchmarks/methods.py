@@ -1,4 +1,4 @@
-"""Every registered method on the same HotpotQA dev questions, uncompiled and compiled: the table of issue #5.
+"""Every registered method on the same HotpotQA dev questions, uncompiled and compiled: the methods table.
 
     python benchmarks/methods.py [--limit 50] [--lm smollm2-135m] [--methods rag,crag] [--optimizers none,bootstrap]
                                  [--out-dir runs/methods-benchmark] [--json FILE]
@@ -20,6 +20,9 @@ import json
 import time
 from pathlib import Path
 
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.files import write_json
+
 COLUMNS = (
     ("method", "method", "{}"),
     ("optimizer", "optimizer", "{}"),
@@ -27,7 +30,7 @@ COLUMNS = (
     ("F1", "f1", "{:.1f}"),
     ("retrieval recall", "retrieval_recall", "{:.1f}"),
     ("LM calls / q", "lm_calls_per_question", "{:.2f}"),
-    ("effective context / q", "input_tokens_per_question", "{:,.0f}"),
+    ("effective context / q", EFFECTIVE_CONTEXT, "{:,.0f}"),
     ("q / min", "questions_per_minute", "{:.1f}"),
     ("compile s", "compile_s", "{:,.0f}"),
     ("failed", "failed", "{}"),
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_process()
     from ragscale.experiments.config import ConfigError, RunConfig
     from ragscale.experiments.runner import load_lm_for, run_experiment
-    from ragscale.optimizers.teleprompters import ContextWindowError
+    from ragscale.optimizers.context import ContextWindowError
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in PROGRAMS]
@@ -97,13 +100,13 @@ def main(argv: list[str] | None = None) -> int:
                 skipped.append(f"{method} x {optimizer}")
                 continue
             summary["benchmark_wall_s"] = round(time.perf_counter() - start, 1)
-            path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+            write_json(path, summary, indent=2)
             summaries.append(summary)
             print(table(summaries[-1:]).splitlines()[-1], flush=True)
     print()
     print(table(summaries))
     if args.json:
-        args.json.write_text(json.dumps(summaries, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, summaries, indent=2)
     if skipped:
         print(f"\nnot run: {', '.join(skipped)}")
     return 1 if skipped else 0

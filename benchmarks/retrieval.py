@@ -20,7 +20,6 @@ query embedding ~10x slower (296 ms vs 24 ms) whenever other processes held the 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -30,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ragscale.experiments.files import write_json
 
 KS = (2, 5, 10, 20)
 
@@ -77,13 +78,10 @@ def evaluate(retriever, examples) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    for key, value in {
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }.items():
-        os.environ.setdefault(key, value)
+    from ragscale.experiments.cli import go_offline
+
+    go_offline()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from ragscale.data import DATASETS, build_corpus, load_jsonl, load_split
     from ragscale.programs.retrieval import BM25Retriever, DenseRetriever, HybridRetriever, MiniLMEmbedder
 
@@ -177,8 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     print(render(results))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        write_json(args.json, results, indent=2)
     return results
 
 

@@ -1,6 +1,7 @@
-"""What ragscale runs on: multi-hop QA loaders and corpus building. Cheap to import (no torch, no datasets)."""
+"""What ragscale runs on: multi-hop QA loaders, corpus building and documents read into chunks (``documents/``).
+Cheap to import (no torch, no datasets)."""
 
-from ragscale.data.corpus import build_corpus, chunk_text, corpus_from_folder, passage_id
+from ragscale.data.corpus import build_corpus, passage_id
 from ragscale.data.datasets import (
     DATASETS,
     SPLITS,
@@ -18,8 +19,6 @@ __all__ = [
     "SPLITS",
     "DatasetError",
     "build_corpus",
-    "chunk_text",
-    "corpus_from_folder",
     "dataset_path",
     "default_data_dir",
     "load_hub",

@@ -20,7 +20,6 @@ from typing import Any
 
 DATASETS = ("hotpotqa", "musique", "2wikimultihopqa", "nq", "bamboogle")
 SPLITS = ("train", "dev")
-FIELDS = ("id", "question", "answers", "supporting_titles", "paragraphs", "type", "decomposition")
 
 
 class DatasetError(ValueError):

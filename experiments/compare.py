@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
+
 RESAMPLES = 2000
 
 
@@ -93,7 +95,6 @@ class RunResult:
 def load_runs(runs_dir: Path) -> list[RunResult]:
     """Finished runs of the store under `runs_dir`, oldest first, with their predictions."""
     from ragscale.experiments import tracking
-    from ragscale.experiments.runner import PREDICTIONS
 
     results = []
     for run in tracking.finished_runs(runs_dir):
@@ -169,7 +170,7 @@ def compare_runs(
                 "n": len(run.em),
                 "em": sum(run.em.values()) / len(run.em) if run.em else 0.0,
                 "f1": sum(run.f1.values()) / len(run.f1) if run.f1 else 0.0,
-                "input_tokens_per_question": run.metrics.get("effective_context_tokens_per_question"),
+                EFFECTIVE_CONTEXT: run.metrics.get(EFFECTIVE_CONTEXT),
                 "baseline_run_id": base.run_id if base is not None else None,
                 "is_baseline": is_base,
                 "em_diff": None
@@ -209,7 +210,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        tokens = row["input_tokens_per_question"]
+        tokens = row[EFFECTIVE_CONTEXT]
         cells = [
             row["run_id"][:8],
             row["method"],

@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-ADAPTERS = ("field", "chat", "json")
-
 
 class ConfigError(ValueError):
     """A run configuration that cannot run: names the field, the value and the valid choices."""
@@ -63,6 +61,7 @@ class RunConfig:
         from ragscale.optimizers.metrics import METRICS
         from ragscale.optimizers.teleprompters import OPTIMIZERS
         from ragscale.programs import PROGRAMS
+        from ragscale.programs.lm import ADAPTERS
         from ragscale.programs.retrieval import RETRIEVERS
 
         for f in fields(self):

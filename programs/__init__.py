@@ -1,8 +1,12 @@
 """What runs at inference time: one RAG method per module, registered by CLI name.
 
 Every program is built as ``cls(retriever=..., k=...)`` (closed-book accepts and ignores both); a method's own
-knobs (``max_iterations``, ``n_queries``, ...) are keyword arguments with defaults.
+knobs (``max_iterations``, ``n_queries``, ...) are keyword arguments with defaults. ``build_program`` is that
+call by name, with IterDRAG's iterations, the one knob a run configures. Every program says how many documents
+each of its predictors can see in one call (``max_documents()``), which the context-window check reads.
 """
+
+import dspy
 
 from ragscale.programs.closed_book import ClosedBook
 from ragscale.programs.crag import CRAG
@@ -21,12 +25,12 @@ from ragscale.programs.self_rag import SelfRAG
 from ragscale.programs.step_back import StepBackRAG
 
 PROGRAMS: dict[str, type] = {
-    # Yue et al. 2024 (issue #4)
+    # Yue et al. 2024, "Inference Scaling for Long-Context RAG"
     "closed-book": ClosedBook,
     "rag": RAG,
     "drag": DRAG,
     "iterdrag": IterDRAG,
-    # query transformations, multi-step and self-reflective RAG (issue #5)
+    # query transformations, multi-step and self-reflective RAG
     "multi-query": MultiQuery,
     "rag-fusion": RAGFusion,
     "decompose-recursive": DecomposeRecursive,
@@ -39,6 +43,17 @@ PROGRAMS: dict[str, type] = {
     "crag": CRAG,
     "self-rag": SelfRAG,
 }
+
+
+def build_program(method: str, retriever=None, *, k: int = 5, max_iterations: int = 3) -> dspy.Module:
+    """``PROGRAMS[method](retriever=retriever, k=k)``; IterDRAG also gets ``max_iterations`` (its n). An unknown
+    method raises ``ValueError`` listing the valid ones."""
+    if method not in PROGRAMS:
+        raise ValueError(f"unknown method {method!r}; valid choices: {', '.join(sorted(PROGRAMS))}")
+    if PROGRAMS[method] is IterDRAG:
+        return IterDRAG(retriever=retriever, k=k, max_iterations=max_iterations)
+    return PROGRAMS[method](retriever=retriever, k=k)
+
 
 __all__ = [
     "CRAG",
@@ -57,4 +72,5 @@ __all__ = [
     "SearchChain",
     "SelfRAG",
     "StepBackRAG",
+    "build_program",
 ]

@@ -18,6 +18,10 @@ class ClosedBook(dspy.Module):
         super().__init__()
         self.answer = dspy.Predict(AnswerClosedBook)
 
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks): none."""
+        return {}
+
     def forward(self, question: str) -> dspy.Prediction:
         answer = self.answer(question=question).answer
         return dspy.Prediction(answer=answer, passages=[])

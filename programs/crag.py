@@ -12,8 +12,7 @@ labels), ``Predict(Rewrite)`` the query rewriter, ``Predict(Answer)`` the genera
 
 import dspy
 
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, Grade
 from ragscale.signatures.methods import Rewrite
 

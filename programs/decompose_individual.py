@@ -10,9 +10,7 @@ each over its own passages, and ``Predict(Synthesize)`` answers from the pairs a
 
 import dspy
 
-from ragscale.programs.iterdrag import merge_by_rank
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import AnswerSub, Synthesize
 from ragscale.signatures.methods import ListSubQuestions
 

@@ -10,9 +10,7 @@ answers them and then the question itself, given the ``answered`` pairs so far.
 
 import dspy
 
-from ragscale.programs.iterdrag import merge_by_rank
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures.methods import AnswerInOrder, ListSubQuestions
 
 
@@ -24,6 +22,10 @@ class DecomposeRecursive(dspy.Module):
         self.retriever, self.k, self.max_sub_questions = retriever, k, max_sub_questions
         self.decompose = dspy.Predict(ListSubQuestions)
         self.answer = dspy.Predict(AnswerInOrder)
+
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer": self.k}
 
     def forward(self, question: str) -> dspy.Prediction:
         sub_questions = self.decompose(question=question).sub_questions[: self.max_sub_questions]

@@ -12,8 +12,7 @@ the passage's words too); when it exposes a dense-only path as an attribute ``de
 
 import dspy
 
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, Hypothesize
 
 
@@ -25,6 +24,10 @@ class HyDE(dspy.Module):
         self.retriever, self.k = retriever, k
         self.hypothesize = dspy.Predict(Hypothesize)
         self.answer = dspy.Predict(Answer)
+
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer": self.k}
 
     def forward(self, question: str) -> dspy.Prediction:
         hypothetical = self.hypothesize(question=question).passage

@@ -16,8 +16,7 @@ import logging
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from ragscale.programs.rag import merge_by_rank, references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import AnswerSub, Decompose, Synthesize
 
 logger = logging.getLogger(__name__)

@@ -10,9 +10,7 @@ each passage reached and placed most relevant last.
 
 import dspy
 
-from ragscale.programs.iterdrag import merge_by_rank
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import Answer
 from ragscale.signatures.methods import Rephrase
 

@@ -11,24 +11,8 @@ them), so extra shots add little context -- the paper's many-shot QA setting. DR
 
 import dspy
 
-from ragscale.programs.retrieval import Passage, format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer
-
-
-def references(passages: list[Passage]) -> list[dict[str, str]]:
-    """What a prediction reports of the passages it used: their ids and titles."""
-    return [{"id": p.id, "title": p.title} for p in passages]
-
-
-def merge_by_rank(rankings: list[list[Passage]]) -> list[Passage]:
-    """The passages of several most-relevant-first lists, without repeats, most relevant first: ordered by the
-    best rank each reached in any list, ties in retrieval order."""
-    best: dict[str, tuple[int, int, Passage]] = {}
-    for order, ranking in enumerate(rankings):
-        for rank, passage in enumerate(ranking):
-            if passage.id not in best or rank < best[passage.id][0]:
-                best[passage.id] = (rank, order, passage)
-    return [passage for _, _, passage in sorted(best.values(), key=lambda entry: entry[:2])]
 
 
 class RAG(dspy.Module):
@@ -40,6 +24,10 @@ class RAG(dspy.Module):
         super().__init__()
         self.retriever, self.k = retriever, k
         self.answer = dspy.Predict(Answer)
+
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer": self.k}
 
     def forward(self, question: str) -> dspy.Prediction:
         passages = most_relevant_last(self.retriever(question, self.k))

@@ -10,8 +10,7 @@ original question's ranking is fused with theirs by ``rrf`` from the retrieval p
 
 import dspy
 
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last, rrf
+from ragscale.programs.retrieval import format_passage, most_relevant_last, references, rrf
 from ragscale.signatures import Answer
 from ragscale.signatures.methods import Rephrase
 
@@ -25,6 +24,10 @@ class RAGFusion(dspy.Module):
         self.depth = depth or 2 * k  # how deep each ranking goes before fusion
         self.rephrase = dspy.Predict(Rephrase)
         self.answer = dspy.Predict(Answer)
+
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer": self.k}
 
     def forward(self, question: str) -> dspy.Prediction:
         generated = self.rephrase(question=question, n=self.n_queries).queries[: self.n_queries]

@@ -13,9 +13,7 @@ the nodes' passages merged by rank (at most ``max_passages``, as IRCoT's reader)
 
 import dspy
 
-from ragscale.programs.iterdrag import merge_by_rank
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import Synthesize
 from ragscale.signatures.methods import PlanChain, Verify
 

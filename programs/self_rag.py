@@ -12,8 +12,7 @@ round by (support, usefulness) gives the answer. Without retrieval, ``Predict(An
 
 import dspy
 
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, AnswerClosedBook, Grade
 from ragscale.signatures.methods import CheckSupport, DecideRetrieval, RateUsefulness, Rewrite
 
@@ -33,6 +32,10 @@ class SelfRAG(dspy.Module):
         self.rate = dspy.Predict(RateUsefulness)
         self.rewrite = dspy.Predict(Rewrite)
         self.answer_directly = dspy.Predict(AnswerClosedBook)
+
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor can see in one call (for context-window checks)."""
+        return {"answer": self.k, "check_support": self.k}
 
     def forward(self, question: str) -> dspy.Prediction:
         if not self.decide(question=question).needs_retrieval:

@@ -11,8 +11,7 @@ One list lets labeled demonstrations, demo caps and the context check treat them
 
 import dspy
 
-from ragscale.programs.rag import references
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, StepBack
 
 

@@ -1,4 +1,4 @@
-"""Prompts of the query-transformation, multi-step and self-reflective methods (issue #5).
+"""Prompts of the query-transformation, multi-step and self-reflective methods.
 
 Each docstring is the instruction the model reads; no logic lives here. Signatures shared with RAG, DRAG and
 IterDRAG (``Answer``, ``AnswerSub``, ``Synthesize``, ``Grade``, ``StepBack``, ``Hypothesize``) are in ``qa.py``.

@@ -11,11 +11,9 @@ SHARED = REPO.parent / "shared"
 
 
 def pytest_configure(config):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    from ragscale.experiments.cli import go_offline
+
+    go_offline()
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-dspy-cache-"))
     os.environ.setdefault("RAGSCALE_DATA_DIR", str(SHARED / "datasets"))
 

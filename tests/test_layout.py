@@ -1,15 +1,68 @@
-"""The wheel holds every source package: a folder missing from pyproject.toml works in an editable install and
-silently vanishes from the wheel."""
+"""The layout holds: every source package ships in the wheel, imports flow one way, nothing imports in a cycle.
 
+Dependencies flow `signatures <- programs <- optimizers <- experiments`, and `experiments -> data`: a folder may
+import its own modules and those of the folders to its left; `data` imports only itself; nothing but
+`experiments` imports `experiments`. Imports are read from the sources (every `import` statement, those inside
+functions included), so a lazy import cannot hide a wrong direction or a cycle.
+"""
+
+import ast
+import sys
 import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE_ROOTS = ("programs", "signatures", "optimizers", "data")
+SOURCE_ROOTS = ("signatures", "programs", "optimizers", "experiments", "data")
+MAY_IMPORT = {
+    "signatures": {"signatures"},
+    "programs": {"signatures", "programs"},
+    "optimizers": {"signatures", "programs", "optimizers"},
+    "experiments": {"signatures", "programs", "optimizers", "experiments", "data"},
+    "data": {"data"},
+}
+ONE_CONCEPT_LINES = 300
 
 
 def _pyproject() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def _sources() -> dict[str, Path]:
+    """Module name (``ragscale.programs.rag``; a package by its own name) -> source file."""
+    modules = {}
+    for root in SOURCE_ROOTS:
+        for path in (REPO / root).rglob("*.py"):
+            if "__pycache__" in path.parts:
+                continue
+            parts = path.relative_to(REPO).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(("ragscale", *parts))] = path
+    return modules
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The ragscale modules a file imports: ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+            names = [name for name in names[:-1] if name in modules] or [node.module]
+        else:
+            continue
+        found.update(name for name in names if name.startswith("ragscale."))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _sources()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def _folder(module: str) -> str:
+    return module.split(".")[1]
 
 
 def test_every_source_package_is_listed_in_pyproject():
@@ -33,3 +86,77 @@ def test_every_mapped_package_is_in_the_package_list():
 def test_packages_live_under_the_ragscale_namespace():
     setuptools = _pyproject()["tool"]["setuptools"]
     assert all(name.startswith("ragscale.") for name in setuptools["packages"])
+
+
+def test_every_source_module_is_found_under_a_folder_of_the_layout():
+    graph = _graph()
+    assert {_folder(m) for m in graph} == set(SOURCE_ROOTS)
+    assert all(imported in graph for imports in graph.values() for imported in imports), "import of a missing module"
+
+
+def _wrong_direction(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} imports {imported}"
+        for module, imports in graph.items()
+        for imported in imports
+        if _folder(imported) not in MAY_IMPORT[_folder(module)]
+    )
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    cycles: list[list[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                cycles.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_imports_flow_one_way_signatures_programs_optimizers_experiments_and_experiments_to_data():
+    assert _wrong_direction(_graph()) == []
+
+
+def test_no_module_takes_part_in_an_import_cycle_lazy_imports_included():
+    assert _cycles(_graph()) == []
+
+
+def test_the_layout_checks_catch_a_lazy_import_that_goes_back_and_closes_a_cycle(tmp_path, monkeypatch):
+    for folder in SOURCE_ROOTS:
+        (tmp_path / folder).mkdir()
+    (tmp_path / "programs" / "a.py").write_text("def f():\n    from ragscale.experiments.b import g\n")
+    (tmp_path / "experiments" / "b.py").write_text("from ragscale.programs.a import f\n\ndef g():\n    pass\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    graph = _graph()
+    assert _wrong_direction(graph) == ["ragscale.programs.a imports ragscale.experiments.b"]
+    assert _cycles(graph) == [["ragscale.experiments.b", "ragscale.programs.a"]]
+
+
+def test_a_source_file_over_300_lines_says_in_its_docstring_that_it_is_one_concept():
+    long = []
+    for module, path in _sources().items():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > ONE_CONCEPT_LINES:
+            docstring = ast.get_docstring(ast.parse(text)) or ""
+            if "one concept" not in docstring.lower():
+                long.append(f"{module} ({text.count(chr(10))} lines)")
+    assert long == []

@@ -3,48 +3,52 @@
 ``load_lm("smollm2-135m")`` returns a ``dspy.LM`` whose engine runs the model in-process (see ``engine.py``);
 ``load_lm("openai/<model>", api_base=URL)`` returns one that talks to a vLLM/SGLang/Ollama server. Both report
 their calls to :func:`meter`. Loaded local engines are shared: loading the same model again reuses the weights.
+``ADAPTERS`` names the ways a prompt is formatted and parsed; ``make_adapter(name)`` builds one.
 """
 
 from __future__ import annotations
 
-import math
-import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import dspy
+
+from ragscale.programs.lm.adapter import FieldAdapter
 from ragscale.programs.lm.meter import CallRecord, MeteredLM, UsageMeter, meter
 from ragscale.programs.lm.models import PRESETS
+from ragscale.programs.lm.prompt import SERVER_CONTEXT_WINDOW, context_window, count_tokens, prompt_tokens
 
 if TYPE_CHECKING:
-    import dspy
-
     from ragscale.programs.lm.engine import TorchEngine
 
-__all__ = ["PRESETS", "CallRecord", "UsageMeter", "context_window", "count_tokens", "load_lm", "meter"]
+__all__ = [
+    "ADAPTERS",
+    "PRESETS",
+    "CallRecord",
+    "FieldAdapter",
+    "UsageMeter",
+    "context_window",
+    "count_tokens",
+    "load_lm",
+    "make_adapter",
+    "meter",
+    "prompt_tokens",
+]
 
-SERVER_CONTEXT_WINDOW = 8192
-"""The context window assumed for a server model unless ``load_lm(..., context_window=N)`` says otherwise."""
-
-CHARS_PER_TOKEN = 4
-"""``count_tokens`` for a server LM approximates ceil(characters / 4): the usual rate of BPE tokenizers on
-English text. It is an estimate for budgeting prompts, not a bill."""
-
-_ENGINES: dict[tuple, TorchEngine] = {}
-_ENGINES_LOCK = threading.Lock()
+ADAPTERS: dict[str, Callable[[], dspy.Adapter]] = {
+    # ours, for small local models: one output field per LM call, typed coercion, loud failures
+    "field": FieldAdapter,
+    # DSPy's; its silent retry through JSONAdapter doubles calls and hides parse failures, so it is off
+    "chat": lambda: dspy.ChatAdapter(use_json_adapter_fallback=False),
+    "json": dspy.JSONAdapter,
+}
 
 
-def _engine(
-    name: str, device: str | None, dtype: str | None, max_batch_size: int, pack: bool | None = None
-) -> TorchEngine:
-    from ragscale.programs.lm.engine import TorchEngine
-    from ragscale.programs.lm.models import load_model, pick_device_dtype, resolve
-
-    path = resolve(name)
-    key = (str(path), *map(str, pick_device_dtype(device, dtype)), max_batch_size, pack)
-    with _ENGINES_LOCK:
-        if key not in _ENGINES:
-            model, tokenizer = load_model(name, device=device, dtype=dtype, pack=pack)
-            _ENGINES[key] = TorchEngine(model, tokenizer, name=name, max_batch_size=max_batch_size)
-        return _ENGINES[key]
+def make_adapter(name: str) -> dspy.Adapter:
+    """The DSPy adapter named ``name`` (``ADAPTERS``); an unknown name raises ``ValueError`` listing the valid ones."""
+    if name not in ADAPTERS:
+        raise ValueError(f"unknown adapter {name!r}; valid choices: {', '.join(sorted(ADAPTERS))}")
+    return ADAPTERS[name]()
 
 
 def load_lm(
@@ -76,23 +80,9 @@ def load_lm(
         return MeteredLM(name, api_base=api_base, context_window=window, **common, **kwargs)
     if api_base:
         raise ValueError(f"api_base is for 'openai/<model>' server models, not the local model {name!r}")
-    engine = _engine(name, device, dtype, max_batch_size, pack)
+    from ragscale.programs.lm.engine import TorchEngine
+
+    engine: TorchEngine = TorchEngine.shared(name, device=device, dtype=dtype, max_batch_size=max_batch_size, pack=pack)
     return MeteredLM(
         f"local/{name}", engine=engine, num_retries=0, context_window=engine.context_window, **common, **kwargs
     )
-
-
-def count_tokens(lm: dspy.LM, text: str) -> int:
-    """Tokens of ``text`` under the LM's tokenizer; for a server LM, ceil(len(text) / CHARS_PER_TOKEN)."""
-    engine = getattr(lm, "engine", None)
-    if hasattr(engine, "count_tokens"):
-        return engine.count_tokens(text)
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
-def context_window(lm: dspy.LM) -> int:
-    """The model's context length in tokens (read from the weights' config, or stated for a server)."""
-    engine = getattr(lm, "engine", None)
-    if hasattr(engine, "context_window"):
-        return engine.context_window
-    return getattr(lm, "context_window", None) or SERVER_CONTEXT_WINDOW

@@ -1,5 +1,8 @@
 """A DSPy adapter that tiny local models can follow: one output field at a time, typed coercion, loud failures.
 
+One concept in one file: the prompt the adapter writes and the calls it makes; reading the replies back into
+typed values is ``coerce.py``.
+
 DSPy's `ChatAdapter` asks the model to write every output field between `[[ ## name ## ]]` markers in one reply.
 A 135M model cannot: it answers with code fences or echoes a marker, and ChatAdapter then silently retries
 through `JSONAdapter`, whose repair step turns junk into "parsed" strings. `FieldAdapter` instead writes the
@@ -32,47 +35,40 @@ each option's log-likelihood after the pre-filled header and replies with the mo
 always parses even from a 135M model; an OpenAI-compatible server that supports structured outputs (vLLM, SGLang,
 Ollama) constrains its decoding to the same schema. `constrain_choices=False` generates them as free text instead.
 
-Every output is coerced to the field's type: `str` (stripped, cut at end markers and stray headers), `bool`
-(first word yes/no/true/false), `Literal[...]` (exact, prefix, contained, then closest by difflib), `list[str]`
-(lines, bullets or numbering), `int`/`float` (first number). A value that cannot be coerced -- including an empty
-or pure-template-junk string -- raises `FieldParseError`, naming the signature, the field and the raw text. There
-is no fallback to another adapter: an evaluation records the question as failed.
+Every output is coerced to the field's type (``coerce.py``); a value that cannot be, an empty or pure-template-junk
+string included, gets one reworded request and then raises `FieldParseError`, naming the signature, the field and
+the raw text. There is no fallback to another adapter: an evaluation records the question as failed.
+``requests`` lists the messages of every call one predictor call makes, which is what a token estimate counts.
 """
 
 from __future__ import annotations
 
-import difflib
 import enum
-import json
 import logging
 import re
 import textwrap
-import types
 from collections.abc import Generator
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
 import dspy
 from dspy.adapters.types.reasoning import Reasoning
 from dspy.adapters.utils import format_field_value
 from dspy.clients._deprecation import adapter_message_call
 from dspy.signatures.signature import Signature
-from dspy.utils.exceptions import AdapterParseError
+
+from ragscale.programs.lm.coerce import (
+    END_MARKERS,
+    FieldParseError,
+    choices_of,
+    coerce_field,
+    is_list,
+    unwrap_optional,
+)
+
+__all__ = ["FieldAdapter"]
 
 logger = logging.getLogger(__name__)
 
-#: Text small models emit to close a reply or open a new one; a value is cut before any of these.
-END_MARKERS: tuple[str, ...] = (
-    "[[",
-    "```",
-    "<|im_end|>",
-    "<|im_start|>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eot_id|>",
-    "<end_of_turn>",
-)
-
-#: Field names (or words in their description) that mark a free-text field that may run for several sentences.
 LONG_TEXT_HINTS: tuple[str, ...] = (
     "reasoning",
     "rationale",
@@ -85,35 +81,6 @@ LONG_TEXT_HINTS: tuple[str, ...] = (
     "proposed",
     "description",
 )
-
-_NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_LIST_ITEM = re.compile(r"^\s*(?:\[\d+\]|\(?\d+[.)]|[-*\u2022+])\s+")
-_WORD = re.compile(r"[a-z]+")
-_TRUE_WORDS = frozenset({"yes", "true", "y", "correct", "1"})
-_FALSE_WORDS = frozenset({"no", "false", "n", "incorrect", "none", "0"})
-
-
-class FieldParseError(AdapterParseError):
-    """An output field whose generated text could not be coerced to the field's type.
-
-    Attributes:
-        signature_name: the signature's class name.
-        field: the output field's name.
-        raw: the text the model generated for that field (after the pre-filled header).
-        reason: why it was rejected.
-    """
-
-    def __init__(self, signature: type[Signature], field: str, raw: str, reason: str) -> None:
-        self.signature_name = getattr(signature, "__name__", str(signature))
-        self.field = field
-        self.raw = raw
-        self.reason = reason
-        super().__init__(
-            adapter_name="FieldAdapter",
-            signature=signature,
-            lm_response=raw,
-            message=f"{self.signature_name}.{field}: {reason}; generated text: {raw!r}",
-        )
 
 
 class FieldAdapter(dspy.Adapter):
@@ -188,6 +155,31 @@ class FieldAdapter(dspy.Adapter):
             except StopIteration as done:
                 results.append(done.value)
         return results
+
+    def requests(
+        self,
+        lm: dspy.BaseLM,
+        signature: type[Signature],
+        demos: list[dict[str, Any]],
+        inputs: dict[str, Any],
+        outputs: dict[str, Any],
+    ) -> list[list[dict[str, Any]]]:
+        """The messages of each LM call that one predictor call makes when the model replies ``outputs``.
+
+        Each output field's reply is its value as this adapter renders it, so ``outputs`` must be values of the
+        fields' types that read back as they are (a value that would be asked again raises ``ValueError``). This is
+        what a token estimate counts: the calls of one predictor call, without running the model.
+        """
+        plan = self._plan(lm, {}, signature, self.format(signature, demos, inputs))
+        calls: list[list[dict[str, Any]]] = []
+        try:
+            messages, _ = next(plan)
+            for name, field in signature.output_fields.items():
+                calls.append(messages)
+                messages, _ = plan.send(self.format_field_value(field, outputs[name]))
+        except StopIteration:
+            return calls
+        raise ValueError(f"{signature.__name__}: the adapter would ask again for a value of {outputs!r}")
 
     def _plans(self, lm, lm_kwargs, signature, demos, inputs) -> list[Generator]:
         """One field-by-field generation plan per requested completion (`n`)."""
@@ -286,25 +278,25 @@ class FieldAdapter(dspy.Adapter):
     def header(self, name: str, field=None) -> str:
         """The header that opens a field's value: the field name and a colon; "(yes or no)" for a bool output.
 
-        Measured on SmolLM2-135M: the yes/no hint in the pre-filled header is what makes it answer a bool field
-        (instead of continuing the inputs); naming the options of a Literal in the header made it worse.
+        The yes/no hint in the pre-filled header is what makes a small model answer a bool field instead of
+        continuing the inputs; a Literal's options are not named there, as naming them made small models worse.
         """
-        if field is not None and _unwrap_optional(field.annotation) is bool:
+        if field is not None and unwrap_optional(field.annotation) is bool:
             return f"{name} (yes or no):"
         return f"{name}:"
 
     def closed_choices(self, field) -> list[str] | None:
         """The options of a closed-choice output field (Literal, Enum; "yes"/"no" for bool), else None."""
-        annotation = _unwrap_optional(field.annotation)
+        annotation = unwrap_optional(field.annotation)
         if annotation is bool:
             return ["yes", "no"]
-        choices = _literal_choices(annotation) or ([m.value for m in annotation] if _is_enum(annotation) else None)
+        choices = choices_of(annotation)
         return [str(c) for c in choices] if choices else None
 
     def hinted_header(self, name: str, field) -> str | None:
         """The header of the one retry a closed-choice field gets when its first reply names no option."""
-        annotation = _unwrap_optional(field.annotation)
-        choices = _literal_choices(annotation) or ([m.value for m in annotation] if _is_enum(annotation) else None)
+        annotation = unwrap_optional(field.annotation)
+        choices = choices_of(annotation)
         if choices:
             return f"{name} ({_or(choices)}):"
         if annotation is bool:
@@ -324,7 +316,7 @@ class FieldAdapter(dspy.Adapter):
 
     def max_tokens_for(self, field) -> int:
         annotation = field.annotation
-        if annotation is bool or _literal_choices(annotation) or _is_enum(annotation):
+        if annotation is bool or choices_of(annotation):
             return 8
         if annotation in (int, float):
             return 12
@@ -443,227 +435,21 @@ class FieldAdapter(dspy.Adapter):
         return outputs
 
 
-# ------------------------------------------------------------------------------------------------- coercion
-
-
-def coerce_field(signature: type[Signature], name: str, raw: str) -> Any:
-    """Coerce the text generated for output field `name` to its annotated type, or raise FieldParseError."""
-    field = signature.output_fields[name]
-    annotation = _unwrap_optional(field.annotation)
-    headers = [*signature.input_fields, *signature.output_fields]
-    text = clean_text(raw, headers)
-    try:
-        if annotation is Reasoning:
-            return Reasoning(content=_require_text(text, raw, optional=False))
-        if annotation is str:
-            optional = _may_be_empty(field)
-            if optional and _norm(text).strip("()") in _NOTHING:
-                return ""
-            junk = _template_junk(signature, text)
-            if junk:
-                raise ValueError(f"copied the prompt's template ({junk!r}) instead of a value")
-            return _require_text(text, raw, optional=optional)
-        if annotation is bool:
-            return coerce_bool(text)
-        choices = _literal_choices(annotation)
-        if choices:
-            return coerce_choice(text, choices)
-        if _is_enum(annotation):
-            value = coerce_choice(text, [str(m.value) for m in annotation])
-            return next(m for m in annotation if str(m.value) == value)
-        if annotation is int:
-            return round(coerce_number(text))
-        if annotation is float:
-            return coerce_number(text)
-        if is_list(annotation):
-            item_type = (get_args(annotation) or (str,))[0]
-            items = coerce_list(raw, headers)
-            if item_type in (int, float):
-                return [item_type(coerce_number(i)) for i in items]
-            return items
-        return _coerce_json(text, annotation)
-    except ValueError as e:
-        raise FieldParseError(signature, name, raw, str(e)) from None
-
-
-def clean_text(raw: str, headers: list[str] | tuple[str, ...] = ()) -> str:
-    """Strip a value, cut it at end markers and at a line that opens another field, drop a repeated header."""
-    text = raw or ""
-    for marker in END_MARKERS:
-        if marker in text:
-            text = text[: text.index(marker)]
-    if headers:
-        names = "|".join(re.escape(h) for h in headers)
-        stray = re.search(rf"\n\s*(?:{names})\s*:", text)
-        if stray:
-            text = text[: stray.start()]
-        text = re.sub(rf"^\s*(?:{names})\s*(?:\([^)\n]*\))?\s*:", "", text)
-    text = text.strip()
-    text = re.sub(r"^\*\*(.*)\*\*$", r"\1", text).strip()
-    text = re.sub(r"^\[\d+\]\s+", "", text)  # a numbered-list marker copied from the inputs' rendering
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
-        text = text[1:-1].strip()
-    return text
-
-
-def coerce_bool(text: str) -> bool:
-    """yes/no/true/false by the first word."""
-    words = _WORD.findall(text.lower())
-    if words and words[0] in _TRUE_WORDS:
-        return True
-    if words and words[0] in _FALSE_WORDS:
-        return False
-    raise ValueError("expected yes or no")
-
-
-def coerce_choice(text: str, choices: list[str] | tuple[str, ...]) -> str:
-    """The choice the text names: exact, then prefix, then contained, then the closest by difflib."""
-    options = [str(c) for c in choices]
-    lowered = {o.lower(): o for o in options}
-    value = text.strip().strip(".,;:!\"'*`").strip().lower()
-    if not value:
-        raise ValueError(f"empty; expected one of {options}")
-    if value in lowered:
-        return lowered[value]
-    first = value.split()[0].strip(".,;:!\"'*`")
-    if first in lowered:
-        return lowered[first]
-    starts = [o for low, o in lowered.items() if low.startswith(value) or value.startswith(low)]
-    if len(starts) == 1:
-        return starts[0]
-    if starts:  # the longest option the text starts with: "irrelevant" over "relevant"
-        return max(starts, key=len)
-    contained = [(value.find(low), -len(low), o) for low, o in lowered.items() if low in value]
-    if contained:
-        return min(contained)[2]
-    close = difflib.get_close_matches(first, list(lowered), n=1, cutoff=0.6) or difflib.get_close_matches(
-        value, list(lowered), n=1, cutoff=0.6
-    )
-    if close:
-        return lowered[close[0]]
-    raise ValueError(f"expected one of {options}")
-
-
-def coerce_number(text: str) -> float:
-    match = _NUMBER.search(text)
-    if not match:
-        raise ValueError("expected a number")
-    return float(match.group(0).replace(",", ""))
-
-
-def coerce_list(raw: str, headers: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Items from a JSON list, or from lines that are bullets or numbered; otherwise one item per line."""
-    text = clean_text(raw, headers)
-    if text.startswith("["):
-        try:
-            parsed = json.loads(text)
-            if isinstance(parsed, list):
-                return [str(x).strip() for x in parsed if str(x).strip()]
-        except json.JSONDecodeError:
-            pass
-    if text.strip().lower() in ("(none)", "none", "[]"):
-        return []
-    lines = [line for line in text.splitlines() if line.strip()]
-    items = [_LIST_ITEM.sub("", line).strip() for line in lines]
-    items = [i for i in items if i]
-    if not items:
-        raise ValueError("expected a list: lines, bullets or numbered items")
-    return items
-
-
-# ------------------------------------------------------------------------------------------------- helpers
-
-
-_NOTHING = frozenset({"no", "none", "n/a", "na", "nothing", "empty", "(empty)", "(none)", "-"})
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w/()-]+", " ", text.lower()).split())
-
-
-def _template_junk(signature: type[Signature], text: str) -> str | None:
-    """The piece of the prompt template a value copies (a field description, a type hint), if it copies one."""
-    value = _norm(text)
-    if not value:
-        return None
-    if re.fullmatch(r"\(.*\)", value):  # "(yes)", "(no)": a type hint such as "(yes or no)" copied
-        return text
-    for name, field in signature.fields.items():
-        desc = _norm((field.json_schema_extra or {}).get("desc", "") or "")
-        if len(desc) >= 8 and (value.startswith(desc) or (len(value) >= 8 and desc.startswith(value))):
-            return desc
-        if re.search(rf"\bthen {re.escape(name)}\b", text):
-            return f"then {name}"
-    return None
-
-
-def _require_text(text: str, raw: str, *, optional: bool) -> str:
-    if re.search(r"\w", text):
-        return text
-    if optional and not text:
-        return ""
-    raise ValueError("empty or only template markup")
-
-
-def _may_be_empty(field) -> bool:
-    """A str field may be empty when declared optional or when its description says it may be empty."""
-    if not field.is_required() or _allows_none(field.annotation):
-        return True
-    desc = (field.json_schema_extra or {}).get("desc", "") or ""
-    return "empty" in desc.lower()
-
-
-def _allows_none(annotation) -> bool:
-    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
-
-
-def _unwrap_optional(annotation):
-    if get_origin(annotation) in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return annotation
-
-
-def _literal_choices(annotation) -> tuple | None:
-    return get_args(annotation) if get_origin(annotation) is Literal else None
-
-
-def _is_enum(annotation) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, enum.Enum)
-
-
-def is_list(annotation) -> bool:
-    """A list or tuple annotation: rendered as numbered lines, parsed from lines or bullets."""
-    return annotation is list or get_origin(annotation) in (list, tuple)
-
-
-def _coerce_json(text: str, annotation):
-    import pydantic
-
-    try:
-        return pydantic.TypeAdapter(annotation).validate_json(text)
-    except pydantic.ValidationError:
-        try:
-            return pydantic.TypeAdapter(annotation).validate_python(text)
-        except pydantic.ValidationError as e:
-            raise ValueError(f"not a valid {annotation}: {e.errors()[0]['msg']}") from None
+# ------------------------------------------------------------------------------------------------- rendering
 
 
 def _describe(name: str, field, output: bool = False) -> str:
     desc = (field.json_schema_extra or {}).get("desc", "") or ""
     if desc.startswith("${"):  # DSPy's placeholder description, e.g. ChainOfThought's "${reasoning}"
         desc = ""
-    annotation = _unwrap_optional(field.annotation)
+    annotation = unwrap_optional(field.annotation)
     kind = ""
     if output:
-        choices = _literal_choices(annotation)
+        choices = choices_of(annotation)
         if annotation is bool:
             kind = "yes or no"
         elif choices:
             kind = _or(choices)
-        elif _is_enum(annotation):
-            kind = _or([m.value for m in annotation])
         elif is_list(annotation):
             kind = "a list, one item per line"
         elif annotation in (int, float):

@@ -1,5 +1,8 @@
 """A DSPy 3.4 engine that runs a transformers causal LM in-process, batching concurrent callers.
 
+One concept in one file: every part below serves one loop (gather requests, prefill them, decode the running
+batch, release each caller) and shares its state, so it is not split.
+
 ``TorchEngine`` implements DSPy's engine contract (``complete(Request) -> Response``, ``stream``, ``close``) and
 is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retries, history and callbacks.
 
@@ -18,11 +21,10 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
   requests queued meanwhile are prefilled and join the running batch (right-aligned, padding masked out). A
   running batch's KV buffers have spare rows, slack columns and room to grow (``kv.BufferLayer``): a joining
   request is copied into a spare row and a finished row is overwritten by the last row, so neither copies the
-  batch (copying it on every join made 8 threads on DRAG-shaped prompts barely faster than one).
+  batch's keys and values, which would cost as much as the decode steps it saves on long prompts.
 - A batch of more than ``prefill_tokens`` (rows x padded width, default 1,024) is prefilled in groups of rows, one
-  forward pass per group, into the batch's buffers. Measured on the 2-core CPU with 8 DRAG-shaped prompts (~600
-  tokens each after a shared 1,000-token prefix): 20.3 s of prefill for 16 of them in two passes of 8 rows, 14.5-15.2
-  s in passes of one row, 12.3-13.2 s one request at a time.
+  forward pass per group, into the batch's buffers: on a CPU one pass over many long rows costs more per row than
+  several smaller passes (``docs/engine.md``).
 - Shared-prefix KV cache: the longest token prefix common to the batch (or to a prefix retained from earlier
   calls) is prefilled once; every row reuses its keys/values. Rows are laid out as prefix + padding + suffix, with
   the padding masked out and positions continuing after the prefix.
@@ -46,6 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+_SHARED: dict[tuple, TorchEngine] = {}
+_SHARED_LOCK = threading.Lock()
 
 # a running batch's KV buffers leave room for requests that join it without copying its rows: spare rows up to
 # max_batch_size, SLACK columns on the left for a joining prompt longer than the batch, ROOM columns on the right
@@ -143,6 +148,27 @@ class TorchEngine:
         # "rows" decoded over them (rows / steps is the mean decode batch), and "joins in place" (see _merge)
         self.work: Counter[str] = Counter()
 
+    @classmethod
+    def shared(
+        cls,
+        name: str,
+        *,
+        device: str | None = None,
+        dtype: str | None = None,
+        max_batch_size: int = 8,
+        pack: bool | None = None,
+    ) -> TorchEngine:
+        """The engine of a model loaded once per process: the same model, device, dtype, batch size and packing
+        give the same engine (weights and worker shared). ``load_model`` says what the arguments mean."""
+        from ragscale.programs.lm.models import load_model, pick_device_dtype, resolve
+
+        key = (str(resolve(name)), *map(str, pick_device_dtype(device, dtype)), max_batch_size, pack)
+        with _SHARED_LOCK:
+            if key not in _SHARED:
+                model, tokenizer = load_model(name, device=device, dtype=dtype, pack=pack)
+                _SHARED[key] = cls(model, tokenizer, name=name, max_batch_size=max_batch_size)
+            return _SHARED[key]
+
     def _eos_ids(self) -> set[int]:
         ids = set()
         for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
@@ -232,28 +258,25 @@ class TorchEngine:
     @classmethod
     def load_state(cls, state: dict) -> TorchEngine:
         """The engine for a saved state, shared with any already loaded for the same model and settings."""
-        from ragscale.programs.lm import _engine
-
-        return _engine(state["model"], state.get("device"), state.get("dtype"), state.get("max_batch_size", 8))
+        return cls.shared(
+            state["model"],
+            device=state.get("device"),
+            dtype=state.get("dtype"),
+            max_batch_size=state.get("max_batch_size", 8),
+        )
 
     # -- prompts and tokens -----------------------------------------------------------------------------------
     def render(self, request: Any) -> str:
         """The prompt text for a DSPy ``Request`` (see :meth:`render_messages`)."""
-        messages = []
-        if request.system is not None:
-            system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
-            messages.append({"role": "system", "content": system})
-        messages.extend({"role": m.role, "content": m.text or ""} for m in request.messages)
-        return self.render_messages(messages)
+        from ragscale.programs.lm.prompt import request_messages
+
+        return self.render_messages(request_messages(request))
 
     def render_messages(self, messages: list[dict]) -> str:
-        """Chat template over ``messages``; a trailing assistant message is continued, not closed."""
-        messages = [{**m, "role": "system" if m["role"] == "developer" else m["role"]} for m in messages]
-        prefix = messages.pop()["content"] if messages[-1]["role"] == "assistant" else ""
-        if not messages:
-            return prefix
-        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return prompt + prefix
+        """Chat template over ``messages``; a trailing assistant message is continued, not closed (``render_chat``)."""
+        from ragscale.programs.lm.prompt import render_chat
+
+        return render_chat(self.tokenizer, messages)
 
     def count_tokens(self, text: str) -> int:
         with self._tok_lock:
@@ -341,7 +364,7 @@ class TorchEngine:
             job.done.set()
 
     # -- generation -----------------------------------------------------------------------------------------------
-    def _prefix(self, jobs: list[_Job], limit: int | None = None) -> tuple[int, Any]:
+    def _prefix(self, jobs: list[_Job]) -> tuple[int, Any]:
         """(length, batch-1 KV cache) of a prefix every job shares, or (0, None).
 
         The longest match among the retained prefixes wins; otherwise the batch's own common prefix is
@@ -353,8 +376,6 @@ class TorchEngine:
         from transformers import DynamicCache
 
         shortest = min(len(j.ids) for j in jobs) - 1  # every row keeps at least one token to prefill
-        if limit is not None:
-            shortest = min(shortest, limit)
         common = min([_common_prefix(jobs[0].ids, j.ids) for j in jobs[1:]] + [shortest])
         best, n = None, 0
         for slot in self._slots:
@@ -403,19 +424,17 @@ class TorchEngine:
             tail = self.tokenizer.decode(job.tokens[job.text_start :][-tail_len:], skip_special_tokens=True)
         return any(s and s in tail for s in job.stops)
 
-    def _prefill(
-        self, jobs: list[_Job], keep: int = 1, limit: int | None = None, running: bool = False
-    ) -> tuple[Any, Any, Any, Any]:
+    def _prefill(self, jobs: list[_Job], running: bool = False) -> tuple[Any, Any, Any, Any]:
         """Forward passes over the batch laid out as shared prefix + left padding + suffix.
 
-        Returns (logits of the last ``keep`` positions, KV cache, attention mask, next position ids); the shared
-        prefix is at most ``limit`` tokens long. The cache of a ``running`` batch (one that decodes and that later
-        requests join) has room for them: spare rows, slack columns and ``ROOM`` more positions.
+        Returns (logits of the last position, KV cache, attention mask, next position ids). The cache of a
+        ``running`` batch (one that decodes and that later requests join) has room for them: spare rows, slack
+        columns and ``ROOM`` more positions.
         """
         import torch
         from transformers import DynamicCache
 
-        n_prefix, prefix = self._prefix(jobs, limit)
+        n_prefix, prefix = self._prefix(jobs)
         self.batch_sizes[len(jobs)] += 1
         self.prefix_tokens_reused += n_prefix * len(jobs)
         rows = [j.ids[n_prefix:] for j in jobs]
@@ -433,11 +452,11 @@ class TorchEngine:
         capacity = n_prefix + width + max(j.max_new for j in jobs) + (ROOM if running else 0)
         spare, slack = (max(0, self.max_batch_size - len(jobs)), SLACK) if running else (0, 0)
         cache = self._buffers(prefix, len(jobs), capacity, spare, slack)
-        logits = self._forward_in_groups(ids, mask, positions, cache, keep)
+        logits = self._forward_in_groups(ids, mask, positions, cache)
         if self.prefix_cache and len(jobs) == 1 and n_prefix == 0 and width >= self.min_prefix_tokens:
             layers = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
             self._remember((list(jobs[0].ids), DynamicCache(layers, config=self.model.config)))
-        return logits[:, -keep:, :], cache, mask, positions[:, -1:] + 1
+        return logits[:, -1:, :], cache, mask, positions[:, -1:] + 1
 
     def _buffers(self, prefix: Any, rows: int, capacity: int, spare: int, slack: int) -> Any:
         """A cache of ``kv.BufferLayer``s for ``rows`` rows, each starting with ``prefix`` (a batch-1 cache; None:
@@ -457,7 +476,7 @@ class TorchEngine:
         cache.layers = [BufferLayer(rows, capacity, k, v, spare_rows=spare, slack=slack) for k, v, *_ in prefix]
         return cache
 
-    def _forward_in_groups(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> Any:
+    def _forward_in_groups(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
         """:meth:`_forward` over the rows of ``ids`` in groups of at most ``prefill_tokens`` (rows x width), each
         pass writing into row views of ``cache``'s buffers, which are then marked filled; the logits of all rows."""
         import torch
@@ -470,7 +489,7 @@ class TorchEngine:
             stop = min(start + group, len(ids))
             part = DynamicCache(config=self.model.config)
             part.layers = [layer.rows_view(start, stop) for layer in cache.layers]
-            logits.append(self._forward(ids[start:stop], mask[start:stop], positions[start:stop], part, keep))
+            logits.append(self._forward(ids[start:stop], mask[start:stop], positions[start:stop], part, keep=1))
         for layer in cache.layers:
             layer.grow(end)
         return torch.cat(logits)
@@ -534,15 +553,6 @@ class TorchEngine:
             best = max(range(n), key=job.scores.__getitem__)
             job.tokens, job.n_out, job.finish = [best], len(job.options[best]) - job.option_starts[best], "stop"
         self.work["choose"] += time.perf_counter() - began
-
-    def generate(self, jobs: list[_Job]) -> None:
-        """Run ``jobs`` as one batch to the end: prefill, then decode token by token."""
-        import torch
-
-        with torch.inference_mode():
-            running = self._start(jobs) if jobs else None
-            while running is not None:
-                running = self._step(running)
 
     def _start(self, jobs: list[_Job], running: bool = False) -> _Running:
         start = time.perf_counter()

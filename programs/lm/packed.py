@@ -1,16 +1,15 @@
 """Linear layers on oneDNN's packed weights, for float32 on CPU (imports torch: load it where used).
 
-torch's dense ``nn.Linear`` on CPU runs MKL's sgemm. On this project's AMD EPYC machine that is about half the
-speed of oneDNN on the same float32 weights, at every batch shape the engine runs (``benchmarks/decode_step.py``
-times both layouts). :func:`pack_linears` replaces every ``nn.Linear`` of a model with a
-:class:`PackedLinear`: the weight is reordered once into oneDNN's blocked layout
-(``torch.ops.mkldnn._reorder_linear_weight``, the op torch's inductor uses when it freezes a CPU model) and each
-call runs ``torch.ops.mkldnn._linear_pointwise``. The arithmetic is the same float32 products summed in another
-order: logits agree with the dense layers within rtol 1e-4 (a test checks it), so a greedy output can differ
-only at a near-tie.
+torch's dense ``nn.Linear`` on CPU runs MKL's sgemm, which can be far slower than oneDNN on the same float32
+weights at the batch shapes the engine runs (``benchmarks/decode_step.py`` times both layouts; ``docs/engine.md``).
+:func:`pack_linears` replaces every ``nn.Linear`` of a model with a :class:`PackedLinear`: the weight is
+reordered once into oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, the op torch's inductor
+uses when it freezes a CPU model) and each call runs ``torch.ops.mkldnn._linear_pointwise``. The arithmetic is the
+same float32 products summed in another order: logits agree with the dense layers within rtol 1e-4 (a test checks
+it), so a greedy output can differ only at a near-tie.
 
 A tied output head (``lm_head`` sharing the input embedding) gets its own packed copy; the embedding keeps the
-dense one (SmolLM2-135M: +113 MB).
+dense one (more memory for a model with a large vocabulary).
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ from ragscale.programs.retrieval.passage import (
     Passage,
     Retriever,
     format_passage,
+    merge_by_rank,
     most_relevant_last,
+    references,
     trim_to_budget,
 )
 
@@ -29,7 +31,9 @@ __all__ = [
     "build_retriever",
     "format_passage",
     "get_embedder",
+    "merge_by_rank",
     "most_relevant_last",
+    "references",
     "rrf",
     "tokenize",
     "trim_to_budget",

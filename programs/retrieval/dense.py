@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ragscale.programs.retrieval.embedder import MiniLMEmbedder, get_embedder
-from ragscale.programs.retrieval.passage import Passage, corpus_key, corpus_passages
+from ragscale.programs.retrieval.passage import Passage, corpus_key, corpus_passages, format_passage
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ class DenseRetriever:
         batch_size: passages embedded and added per step; each step is durable, which makes a build resumable.
         build: index missing passages now (default); with ``False`` call ``build()`` yourself.
 
-    The text embedded for a passage is ``"{title}: {text}"``; ``score`` is the cosine similarity.
+    The text embedded for a passage is what a program reads of it (``format_passage``); ``score`` is the cosine
+    similarity.
     """
 
     def __init__(
@@ -116,7 +117,7 @@ class DenseRetriever:
         started = time.perf_counter()
         for start in range(0, total, self.batch_size):
             batch = [self.by_id[i] for i in missing[start : start + self.batch_size]]
-            vectors = self.embedder.embed([f"{p.title}: {p.text}" for p in batch])
+            vectors = self.embedder.embed([format_passage(p) for p in batch])
             self.collection.add(
                 ids=[p.id for p in batch],
                 embeddings=vectors,

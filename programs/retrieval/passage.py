@@ -1,4 +1,4 @@
-"""The passage type every retriever returns, the retriever protocol, and post-processing of a ranked list.
+"""The passage type every retriever returns, the retriever protocol, and post-processing of ranked lists.
 
 A retriever is anything callable as ``retriever(query, k) -> list[Passage]`` with the most relevant passage
 FIRST. Post-processing helpers keep that convention on input; ``most_relevant_last`` is the one place that
@@ -37,6 +37,22 @@ def format_passage(passage: Passage) -> str:
 def most_relevant_last(passages: Sequence[Passage]) -> list[Passage]:
     """Reverse a most-relevant-first list so the best passage sits last, next to the question in the prompt."""
     return list(reversed(passages))
+
+
+def references(passages: Sequence[Passage]) -> list[dict[str, str]]:
+    """What a prediction reports of the passages it used: their ids and titles."""
+    return [{"id": p.id, "title": p.title} for p in passages]
+
+
+def merge_by_rank(rankings: Sequence[Sequence[Passage]]) -> list[Passage]:
+    """The passages of several most-relevant-first lists, without repeats, most relevant first: ordered by the
+    best rank each reached in any list, ties in retrieval order."""
+    best: dict[str, tuple[int, int, Passage]] = {}
+    for order, ranking in enumerate(rankings):
+        for rank, passage in enumerate(ranking):
+            if passage.id not in best or rank < best[passage.id][0]:
+                best[passage.id] = (rank, order, passage)
+    return [passage for _, _, passage in sorted(best.values(), key=lambda entry: entry[:2])]
 
 
 def trim_to_budget(passages: Sequence[Passage], budget: int, count_tokens: Callable[[str], int]) -> list[Passage]:

@@ -59,13 +59,3 @@ def test_none_leaves_the_graders_untrained():
     program = CRAG(no_retrieval, k=2)
     compile_graders(program, load_jsonl(FIXTURE), optimizer="none")
     assert program.grade.demos == []
-
-
-def test_the_runner_compiles_crag_with_label_trained_graders():
-    from ragscale.experiments.config import RunConfig
-    from ragscale.experiments.runner import compile_for
-
-    config = RunConfig(method="crag", dataset="hotpotqa", optimizer="labeled", max_demos=2)
-    program = compile_for(config, CRAG(no_retrieval, k=2), load_jsonl(FIXTURE), lm=DummyLM([]))
-    assert len(program.grade.demos) == 2
-    assert all(set(d.keys()) == {"question", "document", "grade"} for d in program.grade.demos)

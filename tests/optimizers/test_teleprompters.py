@@ -1,43 +1,15 @@
-"""Compiling programs: the teleprompter registry, demonstrations with documents, caps, save/load, context check."""
+"""Compiling programs: the teleprompter registry, bootstrap, random search, MIPRO; compiled programs saved."""
 
 import dspy
 import pytest
+from doubles import BEST, SECOND, FixedRetriever, examples, musique_example
 from dspy.utils import DummyLM
 
+from ragscale.optimizers.demos import LabeledWithDocuments
 from ragscale.optimizers.metrics import em_metric
-from ragscale.optimizers.teleprompters import (
-    OPTIMIZERS,
-    ContextWindowError,
-    LabeledWithDocuments,
-    cap_demos,
-    check_fits_context,
-    compile_program,
-)
-from ragscale.programs import DRAG, RAG, ClosedBook, IterDRAG
-from ragscale.programs.retrieval import Passage, format_passage
-
-BEST, SECOND, THIRD = (Passage(id=f"id-{n}", title=n, text=f"{n} text.") for n in ("Best", "Second", "Third"))
-
-
-class FixedRetriever:
-    """A test double: the same ranking (most relevant first) for every query; shared on copy."""
-
-    def __init__(self, ranking=(BEST, SECOND, THIRD)):
-        self.ranking, self.queries = list(ranking), []
-
-    def __call__(self, query: str, k: int) -> list[Passage]:
-        self.queries.append(query)
-        return self.ranking[:k]
-
-    def __deepcopy__(self, memo):
-        return self
-
-
-def examples(n: int = 5) -> list[dspy.Example]:
-    return [
-        dspy.Example(id=str(i), question=f"Where is landmark {i}?", answers=[f"City {i}"]).with_inputs("question")
-        for i in range(n)
-    ]
+from ragscale.optimizers.teleprompters import OPTIMIZERS, compile_program
+from ragscale.programs import DRAG, RAG, IterDRAG
+from ragscale.programs.retrieval import format_passage
 
 
 def answering(right: bool = True) -> DummyLM:
@@ -56,91 +28,6 @@ def test_an_unknown_optimizer_fails_listing_the_valid_ones():
     for name in ("none", "labeled", "bootstrap", "random-search", "mipro"):
         assert name in str(error.value)
     assert set(OPTIMIZERS) == {"none", "labeled", "bootstrap", "random-search", "mipro"}
-
-
-def test_labeled_drag_demos_carry_their_documents_most_relevant_last_and_capped():
-    compiled = compile_program(
-        DRAG(FixedRetriever(), k=3),
-        examples(),
-        optimizer="labeled",
-        metric=em_metric,
-        max_demos=2,
-        max_docs_per_demo=2,
-    )
-    assert len(compiled.answer.demos) == 2
-    for demo in compiled.answer.demos:
-        assert demo.documents == [format_passage(SECOND), format_passage(BEST)]
-        assert demo.answer == {q.question: q.answers[0] for q in examples()}[demo.question]
-
-
-def test_labeled_rag_demos_are_question_answer_pairs_without_documents():
-    retriever = FixedRetriever()
-    compiled = compile_program(RAG(retriever, k=3), examples(), optimizer="labeled", metric=em_metric, max_demos=3)
-    assert len(compiled.answer.demos) == 3
-    assert all("documents" not in demo and demo.answer.startswith("City") for demo in compiled.answer.demos)
-    assert retriever.queries == []
-
-
-def test_labeled_closed_book_demos_are_question_answer_pairs():
-    compiled = compile_program(ClosedBook(), examples(), optimizer="labeled", metric=em_metric, max_demos=2)
-    assert [set(demo.keys()) for demo in compiled.answer.demos] == [{"question", "answer"}] * 2
-
-
-def musique_example() -> dspy.Example:
-    return dspy.Example(
-        question="Where was the author of The Hobbit born?",
-        answers=["Bloemfontein"],
-        decomposition=[
-            {"id": 1, "question": "Who wrote The Hobbit?", "answer": "Tolkien", "paragraph_support_idx": 0},
-            {"id": 2, "question": "Where was #1 born?", "answer": "Bloemfontein", "paragraph_support_idx": 1},
-        ],
-    ).with_inputs("question")
-
-
-def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them():
-    compiled = LabeledWithDocuments(k=4, max_docs_per_demo=1).compile(
-        IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()]
-    )
-    steps = [(d.follow_ups, d.needs_follow_up, d.follow_up) for d in compiled.decompose.demos]
-    assert steps == [
-        ([], True, "Who wrote The Hobbit?"),
-        (["Q: Who wrote The Hobbit? A: Tolkien"], True, "Where was Tolkien born?"),
-        (["Q: Who wrote The Hobbit? A: Tolkien", "Q: Where was Tolkien born? A: Bloemfontein"], False, ""),
-    ]
-    assert [(d.sub_question, d.answer, d.documents) for d in compiled.answer_sub.demos] == [
-        ("Who wrote The Hobbit?", "Tolkien", [format_passage(BEST)]),
-        ("Where was Tolkien born?", "Bloemfontein", [format_passage(BEST)]),
-    ]
-    assert compiled.synthesize.demos[0].answer == "Bloemfontein"
-
-
-def test_labeled_iterdrag_without_decompositions_teaches_only_the_final_answer():
-    compiled = compile_program(
-        IterDRAG(FixedRetriever()), examples(), optimizer="labeled", metric=em_metric, max_demos=2
-    )
-    assert compiled.decompose.demos == [] and compiled.answer_sub.demos == []
-    assert len(compiled.synthesize.demos) == 2
-
-
-def test_labeled_final_answers_of_decomposition_and_rat_show_their_unlabeled_list_inputs_empty():
-    from ragscale.programs import PROGRAMS
-
-    recursive, rat = (
-        LabeledWithDocuments(k=2).compile(PROGRAMS[name](FixedRetriever()), trainset=examples())
-        for name in ("decompose-recursive", "rat")
-    )
-    assert recursive.decompose.demos == []
-    assert [(d.answered, len(d.documents)) for d in recursive.answer.demos] == [([], 3), ([], 3)]
-    assert rat.draft.demos == rat.write_query.demos == rat.revise.demos == []
-    assert [d.reasoning for d in rat.answer.demos] == [[], []]
-    assert {d.answer for d in rat.answer.demos} <= {f"City {i}" for i in range(5)}
-
-
-def test_cap_demos_keeps_the_last_documents_and_the_first_demos():
-    program = DRAG(FixedRetriever())
-    program.answer.demos = [dspy.Example(question=f"q{i}", documents=["d1", "d2", "d3"], answer="a") for i in range(3)]
-    cap_demos(program, max_demos=2, max_docs_per_demo=1)
-    assert [(d.question, d.documents) for d in program.answer.demos] == [("q0", ["d3"]), ("q1", ["d3"])]
 
 
 def test_bootstrap_compiles_drag_with_traces_holding_their_documents():
@@ -271,37 +158,6 @@ def test_a_saved_program_reloads_to_the_same_demos_and_predictions(tmp_path):
     assert lm.history[0]["messages"] == lm.history[1]["messages"]
 
 
-def words(text: str) -> int:
-    return len(text.split())
-
-
-def test_context_check_names_the_predictor_the_estimate_and_the_window():
-    lm = DummyLM([])  # reserves its max_tokens, 1000, for the answer
-    long_document = "Title: " + "word " * 500
-    with pytest.raises(ContextWindowError, match=r"DRAG\.answer: .* estimated at \d+ tokens .* 2000 tokens"):
-        check_fits_context(
-            DRAG(FixedRetriever(), k=5),
-            lm,
-            question="Where?",
-            document=long_document,
-            count_tokens=words,
-            context_window=2000,
-        )
-
-
-def test_context_check_counts_demos_and_iterdrag_gathered_documents():
-    program = IterDRAG(FixedRetriever(), k=2, max_iterations=3)
-    estimates = check_fits_context(
-        program, None, question="Where?", document="Title: " + "word " * 100, count_tokens=words, context_window=10_000
-    )
-    assert estimates["synthesize"] > estimates["answer_sub"] + 3 * 2 * 100
-    compiled = compile_program(program, examples(), optimizer="labeled", metric=em_metric, max_demos=2)
-    with_demos = check_fits_context(
-        compiled, None, question="Where?", document="Title: " + "word " * 100, count_tokens=words, context_window=10_000
-    )
-    assert with_demos["synthesize"] > estimates["synthesize"]
-
-
 def _has_optuna() -> bool:
     import importlib.util
 
@@ -334,56 +190,6 @@ def test_mipro_without_optuna_fails_before_any_work_with_an_install_hint():
     with pytest.raises(ImportError, match="pip install 'optuna"):
         compile_program(DRAG(FixedRetriever()), examples(), optimizer="mipro", metric=em_metric, max_demos=2, lm=lm)
     assert lm.history == []
-
-
-def test_context_check_before_compiling_counts_stand_in_demos_with_their_documents():
-    document = "Title: " + "word " * 100
-    bare = check_fits_context(
-        DRAG(FixedRetriever(), k=2),
-        None,
-        question="Where?",
-        document=document,
-        count_tokens=words,
-        context_window=10_000,
-    )
-    planned = check_fits_context(
-        DRAG(FixedRetriever(), k=2),
-        None,
-        question="Where?",
-        document=document,
-        count_tokens=words,
-        context_window=10_000,
-        max_demos=3,
-        max_docs_per_demo=2,
-    )
-    without_documents = check_fits_context(
-        RAG(FixedRetriever(), k=2),
-        None,
-        question="Where?",
-        document=document,
-        count_tokens=words,
-        context_window=10_000,
-        max_demos=3,
-        max_docs_per_demo=2,
-    )
-    assert planned["answer"] > bare["answer"] + 3 * 2 * 100
-    assert bare["answer"] < without_documents["answer"] < bare["answer"] + 3 * 100
-
-
-@pytest.mark.slow
-def test_labeled_drag_on_hotpotqa_with_bm25_puts_each_demo_questions_best_passage_last(shared_datasets):
-    from ragscale.data import build_corpus, load_split
-    from ragscale.programs.retrieval import BM25Retriever
-
-    train = load_split("hotpotqa", "train", shared_datasets)[:6]
-    retriever = BM25Retriever(build_corpus(train))
-    compiled = compile_program(
-        DRAG(retriever, k=4), train, optimizer="labeled", metric=em_metric, max_demos=3, max_docs_per_demo=2
-    )
-    assert len(compiled.answer.demos) == 3
-    for demo in compiled.answer.demos:
-        ranked = retriever(demo.question, 4)
-        assert demo.documents == [format_passage(ranked[1]), format_passage(ranked[0])]
 
 
 def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):

@@ -6,7 +6,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from ragscale.programs import DRAG, PROGRAMS, RAG, ClosedBook, IterDRAG
+from ragscale.programs import DRAG, PROGRAMS, RAG, ClosedBook, IterDRAG, build_program
 from ragscale.programs.retrieval import Passage, format_passage
 
 
@@ -138,8 +138,26 @@ def test_iterdrag_gathers_every_retrieval_without_repeats_most_relevant_last():
     assert answer_sub_prompt.index(format_passage(d)) < answer_sub_prompt.index(format_passage(c))
 
 
-def test_a_deep_copied_program_shares_its_retriever():
-    retriever = TableRetriever([passage("A")])
+def test_a_copied_program_shares_its_index_backed_retriever_but_not_its_predictors():
+    from ragscale.programs.retrieval import BM25Retriever
+
+    retriever = BM25Retriever([{"id": str(i), "title": f"T{i}", "text": f"text number {i}"} for i in range(12)])
     program = IterDRAG(retriever)
-    assert copy.deepcopy(program).retriever is retriever
-    assert program.deepcopy().retriever is retriever
+    for copied in (copy.deepcopy(program), program.deepcopy(), program.reset_copy()):
+        assert copied.retriever is retriever
+        assert copied.decompose is not program.decompose
+
+
+@pytest.mark.parametrize("method", sorted(PROGRAMS))
+def test_every_program_says_how_many_documents_each_predictor_that_reads_documents_sees(method):
+    program = build_program(method, TableRetriever([]), k=4, max_iterations=2)
+    seen = program.max_documents()
+    readers = {name for name, p in program.named_predictors() if "documents" in p.signature.input_fields}
+    assert set(seen) == readers
+    assert all(count >= 4 for count in seen.values())
+
+
+def test_build_program_gives_iterdrag_its_iterations_and_names_the_valid_methods():
+    assert build_program("iterdrag", None, k=2, max_iterations=5).max_iterations == 5
+    with pytest.raises(ValueError, match=r"unknown method 'ragg'.*closed-book.*self-rag"):
+        build_program("ragg")

@@ -1,0 +1,140 @@
+"""``ragscale run``: compile and evaluate one configuration; ``ragscale compare``: tracked runs side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.experiments.files import write_json
+
+
+def add_run(subparsers) -> None:
+    from ragscale.data import DATASETS
+    from ragscale.optimizers.metrics import METRICS
+    from ragscale.optimizers.teleprompters import OPTIMIZERS
+    from ragscale.programs import PROGRAMS
+    from ragscale.programs.lm import ADAPTERS
+    from ragscale.programs.retrieval import RETRIEVERS
+
+    run = subparsers.add_parser(
+        "run",
+        help="compile a method on DIR/D/train.jsonl and evaluate it on DIR/D/dev.jsonl, tracked in MLflow",
+        description="Flags override the values of --config; a flag left out keeps the TOML's or the default.",
+        argument_default=argparse.SUPPRESS,
+    )
+    run.add_argument("--config", type=Path, help="a TOML run config (see runs/configs/)")
+    run.add_argument("--method", choices=sorted(PROGRAMS), help="the RAG method")
+    run.add_argument("--dataset", choices=list(DATASETS), help="dataset folder under --data-dir")
+    run.add_argument("--optimizer", choices=sorted(OPTIMIZERS), help="teleprompter (default: none)")
+    run.add_argument(
+        "--lm",
+        help="a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base (default: smollm2-135m)",
+    )
+    run.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server (vLLM, SGLang)")
+    run.add_argument(
+        "--adapter", choices=sorted(ADAPTERS), help="how prompts are formatted and parsed (default: field)"
+    )
+    run.add_argument("--k", type=int, help="passages retrieved per query (default: 5)")
+    run.add_argument("--max-iterations", dest="max_iterations", type=int, help="IterDRAG steps (default: 3)")
+    run.add_argument("--max-demos", dest="max_demos", type=int, help="demonstrations per predictor (default: 4)")
+    run.add_argument(
+        "--max-docs-per-demo",
+        dest="max_docs_per_demo",
+        type=int,
+        help="documents kept in each demonstration (default: 3)",
+    )
+    run.add_argument("--metric", choices=sorted(METRICS), help="metric the teleprompter optimises (default: em)")
+    run.add_argument("--limit", type=int, help="evaluate on the first N questions")
+    run.add_argument(
+        "--train-limit", dest="train_limit", type=int, help="compile on the first N train questions (default: 64)"
+    )
+    run.add_argument(
+        "--data-dir",
+        dest="data_dir",
+        type=Path,
+        help="datasets folder (default: RAGSCALE_DATA_DIR or ../shared/datasets)",
+    )
+    run.add_argument("--eval-file", dest="eval_file", type=Path, help="evaluate on this JSONL instead of dev.jsonl")
+    run.add_argument("--retriever", choices=RETRIEVERS, help="default: hybrid (dense + BM25, RRF)")
+    run.add_argument("--chroma-url", dest="chroma_url", help="a chromadb server (default: embedded, under runs/)")
+    run.add_argument("--runs-dir", dest="runs_dir", type=Path, help="MLflow store, indexes, artifacts (default: runs)")
+    run.add_argument("--threads", type=int, help="questions answered in parallel (default: 4)")
+    run.add_argument("--seed", type=int, help="default: 0")
+    run.add_argument("--run-name", dest="run_name", help="MLflow run name (default: method-optimizer-dataset-lm-time)")
+    run.add_argument("--no-cache", dest="cache", action="store_false", help="bypass the DSPy LM cache")
+    run.add_argument("--json", dest="json_path", type=Path, help="also write the summary to this JSON file")
+    run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ragscale.experiments.runner import run_experiment
+
+    values = dict(vars(args))
+    for key in ("command", "func", "json_path", "progress", "config", "verbose"):
+        values.pop(key, None)
+    if getattr(args, "config", None) is not None:
+        config = RunConfig.from_toml(args.config, **values)
+    else:
+        config = RunConfig.from_mapping(values, source="command line")
+    summary = run_experiment(config, progress=getattr(args, "progress", True))
+    text = json.dumps(summary, indent=2)
+    print(text)
+    json_path = getattr(args, "json_path", None)
+    if json_path is not None:
+        write_json(json_path, summary, indent=2)
+    return 0
+
+
+def add_compare(subparsers) -> None:
+    compare = subparsers.add_parser(
+        "compare",
+        help="table of tracked runs with paired bootstrap 95%% CIs of EM and F1 differences against a baseline",
+    )
+    compare.add_argument(
+        "--baseline",
+        help="run id, unique id prefix or run name (default: per dataset, the latest "
+        "closed-book run, else the first run)",
+    )
+    compare.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
+    compare.add_argument(
+        "--all",
+        dest="all_runs",
+        action="store_true",
+        help="every run, not only the latest per method x optimizer x dataset x LM",
+    )
+    compare.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default: 2000)")
+    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--json", dest="json_path", type=Path, help="also write the rows to this JSON file")
+    compare.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ragscale.experiments.compare import compare_runs, format_table, load_runs, rows_to_json
+
+    runs = load_runs(args.runs_dir)
+    if not runs:
+        print(f"no finished runs under {args.runs_dir.resolve()}", file=sys.stderr)
+        return 1
+    try:
+        rows = compare_runs(
+            runs, baseline=args.baseline, latest_only=not args.all_runs, resamples=args.resamples, seed=args.seed
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    print(format_table(rows))
+    print(
+        f"\nd = run - baseline in points; paired bootstrap over shared question ids, {args.resamples} resamples; "
+        "* = 95% CI excludes 0"
+    )
+    if args.json_path is not None:
+        write_json(args.json_path, rows_to_json(rows), indent=2)
+    return 0
+
+
+def add_parsers(subparsers) -> None:
+    add_run(subparsers)
+    add_compare(subparsers)

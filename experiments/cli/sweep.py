@@ -1,0 +1,138 @@
+"""``ragscale sweep``: the inference-scaling budget sweep; ``ragscale allocate``: its pick for a budget."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from ragscale.experiments.config import RunConfig
+from ragscale.experiments.files import write_json
+from ragscale.experiments.sweep.grid import (
+    DEFAULT_BUDGETS,
+    DEFAULT_DOCS,
+    DEFAULT_ITERATIONS,
+    DEFAULT_LIMIT,
+    DEFAULT_SHOTS,
+    METHODS,
+    Grid,
+    format_size,
+    parse_ints,
+    parse_size,
+)
+
+
+def add_sweep(subparsers) -> None:
+    from ragscale.data import DATASETS
+    from ragscale.optimizers.teleprompters import OPTIMIZERS
+    from ragscale.programs.lm import ADAPTERS
+    from ragscale.programs.retrieval import RETRIEVERS
+
+    sweep = subparsers.add_parser(
+        "sweep",
+        help="budget sweep over documents, shots and iterations: table, plot and allocation model",
+        description="Defaults are the grid that fits an hour on a 2-core CPU with smollm2-135m; the paper's grid is "
+        "--docs 1,2,5,10,20 --shots 0,1,2,4,8 --iterations 1,2,3 --budgets 2k,4k,8k,16k (for a GPU or a server).",
+    )
+    sweep.add_argument("--dataset", required=True, choices=list(DATASETS))
+    sweep.add_argument("--methods", default=",".join(METHODS), help="comma-separated: " + ",".join(METHODS))
+    sweep.add_argument("--docs", default=",".join(map(str, DEFAULT_DOCS)), help="documents k per question")
+    sweep.add_argument("--shots", default=",".join(map(str, DEFAULT_SHOTS)), help="demonstrations m (learned)")
+    sweep.add_argument("--iterations", default=",".join(map(str, DEFAULT_ITERATIONS)), help="IterDRAG steps n")
+    sweep.add_argument(
+        "--budgets", default=",".join(map(format_size, DEFAULT_BUDGETS)), help="effective-context budgets, e.g. 2k,4k"
+    )
+    sweep.add_argument("--lm", default="smollm2-135m", help="a preset, model dir, .gguf, or openai/<model>")
+    sweep.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server")
+    sweep.add_argument("--adapter", choices=sorted(ADAPTERS), default="field")
+    sweep.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"dev questions (default: {DEFAULT_LIMIT})")
+    sweep.add_argument("--train-limit", dest="train_limit", type=int, default=64, help="train questions for demos")
+    sweep.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="labeled", help="teleprompter for shots")
+    sweep.add_argument(
+        "--docs-per-demo", dest="docs_per_demo", type=int, help="documents per demonstration (default: k, the paper's)"
+    )
+    sweep.add_argument("--retriever", choices=RETRIEVERS, default="hybrid")
+    sweep.add_argument("--data-dir", dest="data_dir", type=Path)
+    sweep.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
+    sweep.add_argument("--threads", type=int, default=4)
+    sweep.add_argument("--no-baselines", dest="baselines", action="store_false", help="no closed-book runs (no model)")
+    sweep.add_argument("--plan-only", dest="plan_only", action="store_true", help="print the plan; run nothing")
+    sweep.add_argument("--no-progress", dest="progress", action="store_false")
+    sweep.add_argument("--json", dest="json_path", type=Path, help="also write the table and the model as JSON")
+    sweep.set_defaults(func=cmd_sweep)
+
+
+def _grid_and_base(args) -> tuple[Grid, RunConfig]:
+    budgets = tuple(sorted({parse_size(b) for b in args.budgets.split(",") if b.strip()}))
+    grid = Grid(
+        methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+        docs=parse_ints(args.docs, "docs", 1),
+        shots=parse_ints(args.shots, "shots", 0),
+        iterations=parse_ints(args.iterations, "iterations", 1),
+        budgets=budgets,
+        baselines=args.baselines,
+    )
+    base = RunConfig(
+        method="rag",
+        dataset=args.dataset,
+        optimizer=args.optimizer,
+        lm=args.lm,
+        api_base=args.api_base,
+        adapter=args.adapter,
+        retriever=args.retriever,
+        limit=args.limit,
+        train_limit=args.train_limit,
+        data_dir=args.data_dir,
+        runs_dir=args.runs_dir,
+        threads=args.threads,
+    )
+    return grid, base
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from ragscale.experiments.sweep.run import plan_only, run_sweep
+
+    grid, base = _grid_and_base(args)
+    if args.plan_only:
+        plan_only(grid, base, docs_per_demo=args.docs_per_demo, report=print)
+        return 0
+    start = time.perf_counter()
+    result = run_sweep(grid, base, docs_per_demo=args.docs_per_demo, progress=args.progress, report=print)
+    print(
+        f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done or over budget), {len(result.failed)} "
+        f"failed in {time.perf_counter() - start:.0f} s; files in {result.sweep_dir}; parent run {result.parent_run_id}"
+    )
+    if args.json_path is not None:
+        write_json(
+            args.json_path, {"table": result.table, "rows": result.rows, "allocation": result.allocation}, indent=2
+        )
+    return 1 if result.failed else 0
+
+
+def add_allocate(subparsers) -> None:
+    from ragscale.data import DATASETS
+
+    allocate_cmd = subparsers.add_parser(
+        "allocate", help="the configuration the sweep's fitted allocation model predicts best for a budget"
+    )
+    allocate_cmd.add_argument("--budget", required=True, help="effective-context budget, e.g. 8k")
+    allocate_cmd.add_argument("--dataset", required=True, choices=list(DATASETS))
+    allocate_cmd.add_argument("--lm", default="smollm2-135m", help="the LM the sweep ran with")
+    allocate_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
+    allocate_cmd.set_defaults(func=cmd_allocate)
+
+
+def cmd_allocate(args: argparse.Namespace) -> int:
+    from ragscale.experiments.sweep.ledger import sweep_dir_for
+    from ragscale.experiments.sweep.run import allocate
+
+    sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm)
+    choice = allocate(sweep_dir, parse_size(args.budget))
+    print(json.dumps(choice, indent=2))
+    return 0
+
+
+def add_parsers(subparsers) -> None:
+    add_sweep(subparsers)
+    add_allocate(subparsers)

@@ -1,0 +1,139 @@
+"""Ingestion: files into a named collection, each unchanged file skipped, each changed one replaced.
+
+Documents are keyed by their resolved path, so two files of one name in different folders are two documents;
+their file name is what answers cite. A file whose bytes (SHA-256) and options are unchanged is skipped; a changed
+one has its chunks replaced; a file that cannot be read (corrupt, encrypted, empty, unsupported) is reported with
+its error and the others are still ingested. With ``contextual=True`` every chunk gets a context from the LM
+(``contextualize.py``). The collection is saved after each document, so an interrupted ingestion keeps what
+finished; the index is then brought up to date (``store.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments.collection.contextualize import contextualize_chunks
+from ragscale.experiments.collection.store import Collection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IngestReport:
+    """What one `ingest` call did, by file: added, replaced, unchanged, failed (file -> error message); how many
+    contexts the LM wrote and how many came from the cache; how many vectors were embedded and how many reused."""
+
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    chunks: int = 0
+    contexts_written: int = 0
+    contexts_cached: int = 0
+    embedded: int = 0
+    reused: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.replaced)
+
+
+def ingest(
+    paths: Sequence[str | Path],
+    *,
+    collection: str,
+    runs_dir: Path = Path("runs"),
+    contextual: bool = False,
+    model: str = "",
+    max_tokens: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+    describer: Any = None,
+    ocr: bool = True,
+    max_document_chars: int = 6000,
+    threads: int = 4,
+    build_index: bool = True,
+) -> IngestReport:
+    """Ingest `paths` (files, or folders: their supported files, recursively) into `collection` (see the module
+    docstring). With `contextual`, the LM (and adapter) configured in `dspy.settings` writes the contexts and
+    `model` names it in the cache key."""
+    from ragscale.data.documents import (
+        DEFAULT_MAX_TOKENS,
+        SUFFIXES,
+        DocumentError,
+        document_source,
+        file_sha256,
+        folder_documents,
+        load_document,
+    )
+
+    store = Collection(collection, runs_dir)
+    report = IngestReport()
+    options = {
+        "max_tokens": max_tokens or DEFAULT_MAX_TOKENS,
+        "contextual": contextual,
+        "model": model if contextual else "",
+        "pictures": getattr(describer, "method", None) or ("ocr" if ocr else "caption"),
+    }
+    documents = store.manifest.setdefault("documents", {})
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_dir():
+            files.append(path)
+        elif found := folder_documents(path):
+            files.extend(found)
+        else:
+            report.failed[str(path)] = f"{path}: a folder without {', '.join(SUFFIXES)} files"
+            log.error("%s", report.failed[str(path)])
+    for path in files:
+        source = document_source(path)
+        try:
+            digest = file_sha256(path) if path.is_file() else ""
+            previous = documents.get(source)
+            if previous and previous["sha256"] == digest and previous["options"] == options:
+                report.unchanged.append(str(path))
+                continue
+            kwargs = {"max_tokens": options["max_tokens"], "describer": describer, "ocr": ocr}
+            if count_tokens is not None:
+                kwargs["count_tokens"] = count_tokens
+            chunks = [c.to_dict() for c in load_document(path, **kwargs)]
+        except DocumentError as error:
+            report.failed[str(path)] = str(error)
+            log.error("%s", error)
+            continue
+        contexts = [""] * len(chunks)
+        if contextual:
+            before = len(store.contexts)
+            contexts = contextualize_chunks(
+                chunks,
+                model=model,
+                cache=store.contexts,
+                max_document_chars=max_document_chars,
+                threads=threads,
+                checkpoint=store.save_contexts,
+            )
+            report.contexts_written += len(store.contexts) - before
+            report.contexts_cached += len(chunks) - (len(store.contexts) - before)
+        for chunk, context in zip(chunks, contexts, strict=True):
+            chunk["context"] = context
+        (report.replaced if previous else report.added).append(str(path))
+        store.chunks = [c for c in store.chunks if c.get("source") != source] + chunks
+        documents[source] = {
+            "name": path.name,
+            "sha256": digest,
+            "options": options,
+            "chunks": [c["id"] for c in chunks],
+        }
+        store.save()  # durable per document: an interrupted ingestion keeps what finished
+        log.info("%s: %d chunks%s", path, len(chunks), " (contextual)" if contextual else "")
+    report.chunks = len(store.chunks)
+    if report.changed or not store.exists:
+        store.save()
+    if build_index and store.chunks and not store.index_is_current():
+        store.retriever()  # embeds what the index lacks (after a change, only the changed files' chunks)
+        report.embedded, report.reused = store.embedded, store.reused
+    return report

@@ -1,0 +1,230 @@
+"""Evaluating a program: each question answered in its own usage meter and scored, then the run's summary.
+
+``evaluate`` answers the questions with worker threads and appends each question's record to
+``predictions.jsonl`` as soon as it finishes, so an interrupted run keeps what finished. A question whose program
+raises is recorded with ``error`` ("Type: message") and scores 0 (EM, F1, Acc and, when the question has
+supporting titles, retrieval recall): **failed questions count as 0 in the means**, so a method that crashes is
+not rewarded by a smaller denominator. ``n`` counts every evaluated question, ``failed`` the crashed ones.
+
+The summary (``SUMMARY_KEYS``; ``ragscale run --json FILE`` writes it): method, dataset, optimizer, lm, n, failed,
+em, f1, acc, retrieval_recall (all four in percent; recall is None for a program without a retriever or when no
+question has supporting titles), lm_calls_per_question, ``EFFECTIVE_CONTEXT`` (the mean effective context: all
+input tokens of all LM calls of a question; the same name in the MLflow metrics, ``compare`` and the sweep's
+ledger), output_tokens_per_question, questions_per_minute and eval_s (evaluation only), compile_s (the
+teleprompter alone), wall_s (the whole run: loading, indexing, compiling, evaluating), mlflow_run_id.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import csv
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+EFFECTIVE_CONTEXT = "effective_context_tokens_per_question"
+"""The per-question effective context (input tokens of all LM calls), by one name end to end."""
+
+SUMMARY_KEYS = (
+    "method", "dataset", "optimizer", "lm", "n", "failed", "em", "f1", "acc", "retrieval_recall",
+    "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question", "questions_per_minute", "eval_s",
+    "compile_s", "wall_s", "mlflow_run_id",
+)  # fmt: skip
+
+PREDICTIONS = "predictions.jsonl"
+
+
+def _titles_and_ids(passages: Iterable[Any]) -> tuple[list[str], list[str]]:
+    titles, ids = [], []
+    for passage in passages or []:
+        if isinstance(passage, Mapping):
+            titles.append(str(passage.get("title", "")))
+            ids.append(str(passage.get("id", "")))
+        else:
+            titles.append(str(getattr(passage, "title", "")))
+            ids.append(str(getattr(passage, "id", "")))
+    return titles, ids
+
+
+def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
+    """Run the program on one question inside its own usage meter and score it; never raises an Exception.
+
+    The record: id, question, prediction, answers, em, f1, acc, retrieval_recall (None when the question has no
+    supporting titles or the program does not retrieve: `retrieves` False), lm_calls, input_tokens, output_tokens,
+    latency_s, passage_ids, passage_titles, sub_questions and intermediate_answers (IterDRAG, else empty), error
+    (None, or "Type: message").
+    """
+    import dspy
+
+    from ragscale.optimizers.metrics import accuracy, exact_match, f1, retrieval_recall
+    from ragscale.programs.lm import meter
+
+    answers = list(example.answers)
+    supporting = list(getattr(example, "supporting_titles", None) or []) if retrieves else []
+    prediction, error, pred = "", None, None
+    start = time.perf_counter()
+    with meter() as usage:
+        try:
+            # A fresh trace per question: the default one is a list shared by every thread.
+            with dspy.context(trace=[]):
+                pred = program(question=example.question)
+            prediction = str(pred.answer)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("question %s failed: %s", example.id, error)
+    latency = time.perf_counter() - start
+    titles, ids = _titles_and_ids(getattr(pred, "passages", None) if pred is not None else None)
+    ok = error is None
+    return {
+        "id": str(example.id),
+        "question": example.question,
+        "prediction": prediction,
+        "answers": answers,
+        "em": exact_match(prediction, answers) if ok else 0.0,
+        "f1": f1(prediction, answers) if ok else 0.0,
+        "acc": accuracy(prediction, answers) if ok else 0.0,
+        "retrieval_recall": (retrieval_recall(titles, supporting) if ok else 0.0) if supporting else None,
+        "lm_calls": usage.calls,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "latency_s": round(latency, 4),
+        "passage_ids": ids,
+        "passage_titles": titles,
+        "sub_questions": list(getattr(pred, "sub_questions", None) or []) if pred is not None else [],
+        "intermediate_answers": list(getattr(pred, "intermediate_answers", None) or []) if pred is not None else [],
+        "error": error,
+    }
+
+
+def evaluate(
+    program,
+    examples: Sequence,
+    *,
+    threads: int,
+    records_path: Path,
+    progress: bool = True,
+    on_record: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Answer `examples` with `threads` workers, appending each record to `records_path` as it finishes.
+
+    Each worker runs in a copy of the caller's context, so `dspy.context(lm=..., adapter=...)` set around this
+    call (a contextvar in DSPy 3.4) reaches the worker threads, and each question's `meter()` is its own.
+    Records are flushed one by one: an interrupted run keeps everything that finished.
+    """
+    from tqdm.auto import tqdm
+
+    records: list[dict] = []
+    records_path.parent.mkdir(parents=True, exist_ok=True)
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ragscale-eval")
+    try:
+        with (
+            records_path.open("w", encoding="utf-8") as out,
+            tqdm(total=len(examples), desc="evaluating", unit="q", disable=not progress) as bar,
+        ):
+            retrieves = getattr(program, "retriever", None) is not None  # closed-book has no recall to report
+            futures = [
+                pool.submit(contextvars.copy_context().run, answer_one, program, ex, retrieves=retrieves)
+                for ex in examples
+            ]
+            for future in as_completed(futures):
+                record = future.result()
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                out.flush()
+                records.append(record)
+                if on_record is not None:
+                    on_record(record)
+                bar.update(1)
+                bar.set_postfix(
+                    em=f"{100 * sum(r['em'] for r in records) / len(records):.1f}",
+                    failed=sum(r["error"] is not None for r in records),
+                )
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    order = {str(ex.id): i for i, ex in enumerate(examples)}
+    records.sort(key=lambda r: order.get(r["id"], len(order)))
+    return records
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def summarize(
+    records: Sequence[Mapping],
+    config: RunConfig,
+    *,
+    eval_s: float,
+    wall_s: float,
+    run_id: str | None,
+    compile_s: float = 0.0,
+) -> dict[str, Any]:
+    """The run summary (see the module docstring); failed questions count as 0 in the score means."""
+    n = len(records)
+    recalls = [r["retrieval_recall"] for r in records if r["retrieval_recall"] is not None]
+    return {
+        "method": config.method,
+        "dataset": config.dataset,
+        "optimizer": config.optimizer,
+        "lm": config.lm,
+        "n": n,
+        "failed": sum(r["error"] is not None for r in records),
+        "em": round(100 * _mean([r["em"] for r in records]), 2),
+        "f1": round(100 * _mean([r["f1"] for r in records]), 2),
+        "acc": round(100 * _mean([r["acc"] for r in records]), 2),
+        "retrieval_recall": round(100 * _mean(recalls), 2) if recalls else None,
+        "lm_calls_per_question": round(_mean([r["lm_calls"] for r in records]), 3),
+        EFFECTIVE_CONTEXT: round(_mean([r["input_tokens"] for r in records]), 1),
+        "output_tokens_per_question": round(_mean([r["output_tokens"] for r in records]), 1),
+        "questions_per_minute": round(60 * n / eval_s, 2) if eval_s > 0 else 0.0,
+        "eval_s": round(eval_s, 2),
+        "compile_s": round(compile_s, 2),
+        "wall_s": round(wall_s, 2),
+        "mlflow_run_id": run_id,
+    }
+
+
+def write_tables(records: Sequence[Mapping], directory: Path) -> list[Path]:
+    """The predictions as CSV and as a markdown table (one row per question; lists joined with ' | ')."""
+    columns = [
+        "id",
+        "question",
+        "prediction",
+        "answers",
+        "em",
+        "f1",
+        "acc",
+        "retrieval_recall",
+        "lm_calls",
+        "input_tokens",
+        "output_tokens",
+        "latency_s",
+        "passage_titles",
+        "error",
+    ]
+
+    def cell(value: Any) -> str:
+        if isinstance(value, list):
+            return " | ".join(str(v) for v in value)
+        return "" if value is None else str(value)
+
+    csv_path = directory / "predictions.csv"
+    with csv_path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        for record in records:
+            writer.writerow([cell(record.get(c)) for c in columns])
+    md_path = directory / "predictions.md"
+    short = ["id", "question", "prediction", "answers", "em", "f1", "lm_calls", "input_tokens", "error"]
+    lines = ["| " + " | ".join(short) + " |", "|" + "---|" * len(short)]
+    for record in records:
+        lines.append("| " + " | ".join(cell(record.get(c)).replace("|", "/").replace("\n", " ") for c in short) + " |")
+    md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return [csv_path, md_path]

@@ -1,0 +1,39 @@
+"""Files an experiment writes: whole or not at all, and names safe for a file system.
+
+A JSON or JSONL file is written to a temporary file beside it (named with the process id, so two processes never
+share one) and moved over the target in one rename: a reader, or a run that crashed half-way, sees the old file
+or the new one, never a part. ``slug`` turns an LM name or path into a short file-name-safe label.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def _replace(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)
+
+
+def write_json(path: Path, value: Any, *, indent: int = 1) -> None:
+    """``value`` as JSON (UTF-8, non-ASCII kept), written atomically."""
+    _replace(path, json.dumps(value, indent=indent, ensure_ascii=False) + "\n")
+
+
+def write_jsonl(path: Path, rows: Iterable[Any]) -> None:
+    """One JSON value per line, written atomically."""
+    _replace(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+
+
+def slug(text: str) -> str:
+    """A file-name-safe short form of an LM name or path: its last path component, runs of other characters as
+    one '-', at most 48 characters."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text.rstrip("/").rsplit("/", 1)[-1]).strip("-")[:48]

@@ -1,0 +1,21 @@
+"""Inference scaling, measured: a budget sweep over documents, shots and iterations (Yue et al. 2024, arXiv:2410.04343).
+
+A sweep is a grid of configurations theta = (documents k, shots m, iterations n) per method, plus closed-book with
+0 and 1 shot for the allocation model's informativeness (``grid.py``). In order:
+
+1. **Estimate** (``estimate.py``). Each configuration's effective context (all input tokens of all LM calls for one
+   question) is estimated before it runs: the program run on the run's first 20 questions with the model played by
+   a script, its calls rendered through the real adapter and counted with the LM's tokenizer, calibrated on the
+   finished configurations of the same method and shot count, else a bound (IterDRAG) or a counted floor.
+2. **Plan** (``plan.py``, ``speed.py``). Time per configuration = questions x (input tokens / prefill rate + output
+   tokens / decode rate), the rates fitted on earlier runs of this LM or timed. A configuration is skipped only
+   when it cannot fit: its fewest tokens exceed the largest budget, or its longest call the LM's window.
+3. **Run** (``run.py``, ``ledger.py``). Each configuration is one MLflow child run under a parent sweep run;
+   finished ones are keyed by their settings and data, kept in ``ledger.json`` and tagged on their run, so a rerun
+   skips them.
+4. **Results** (``report.py``, ``allocation.py``). Per budget, the best configuration per method and overall (the
+   paper's Table 1 shape); accuracy against effective context (log x); the computation allocation model, fitted and
+   stored as ``allocation.json``, which ``allocate`` reads.
+
+The package imports nothing itself: ``from ragscale.experiments.sweep.run import run_sweep`` and so on.
+"""

@@ -1,0 +1,225 @@
+"""The computation allocation model of Yue et al. 2024 (arXiv:2410.04343, section 5), fitted on a sweep.
+
+    sigmoid^-1(P(theta)) ~ (a + b * i)^T log(theta) + c
+
+P(theta) is the accuracy of a configuration theta = (documents, shots, iterations); i = (i_doc, i_shot, 0) is the
+informativeness of the task, measured as in the paper: the accuracy with 1 document (no shots) minus the accuracy
+with neither, and the accuracy with 1 shot (no documents) minus the accuracy with neither. a, b (3-vectors) and c
+are fitted by least squares (numpy) in logit space (b's third component multiplies i's 0 and is left at 0).
+
+Our treatment of zeros: the grid has 0 shots, and single-step methods (RAG, DRAG, closed-book) have no
+decomposition steps, so every component is taken as log(x + 1) (0 documents, shots or iterations -> 0); IterDRAG's
+``max_iterations`` n is its iterations, single-step methods have 0. Accuracies of exactly 0 or 1 are clipped to
+[eps, 1 - eps] with eps = 1 / (2 n) for n questions (a continuity correction) before the logit.
+
+With one dataset, i is a constant, so b cannot be told apart from a: least squares then returns the minimum-norm
+solution and only a + b * i (reported as ``effective``) is meaningful; ``identifiable`` says whether the design
+had full rank (several datasets with different informativeness).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.files import write_json
+
+THETA = ("docs", "shots", "iterations")
+
+
+def log_theta(docs: int, shots: int, iterations: int) -> list[float]:
+    """The model's features of a configuration: log(x + 1) of each component (see the module docstring)."""
+    return [math.log1p(docs), math.log1p(shots), math.log1p(iterations)]
+
+
+def logit(p: float, eps: float) -> float:
+    p = min(max(p, eps), 1 - eps)
+    return math.log(p / (1 - p))
+
+
+def sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured configuration: theta, the task's informativeness (i_doc, i_shot), accuracy in [0, 1], n."""
+
+    docs: int
+    shots: int
+    iterations: int
+    informativeness: tuple[float, float]
+    accuracy: float
+    n: int = 100
+
+
+@dataclass
+class AllocationModel:
+    """A fitted model; ``predict(theta, i)`` is the expected accuracy in [0, 1]. Stored as JSON, never pickled."""
+
+    a: list[float]
+    b: list[float]
+    c: float
+    r2: float = float("nan")
+    mse: float = float("nan")
+    n_points: int = 0
+    identifiable: bool = False
+    informativeness: dict[str, list[float]] = field(default_factory=dict)  # dataset -> [i_doc, i_shot]
+
+    def effective(self, informativeness: Sequence[float]) -> list[float]:
+        """a + b * i: the slope of the logit in each log(theta + 1) for a task with this informativeness."""
+        i = [*informativeness[:2], 0.0]
+        return [self.a[j] + self.b[j] * i[j] for j in range(3)]
+
+    def predict_logit(self, docs: int, shots: int, iterations: int, informativeness: Sequence[float]) -> float:
+        slope = self.effective(informativeness)
+        return sum(s * x for s, x in zip(slope, log_theta(docs, shots, iterations), strict=True)) + self.c
+
+    def predict(self, docs: int, shots: int, iterations: int, informativeness: Sequence[float]) -> float:
+        return sigmoid(self.predict_logit(docs, shots, iterations, informativeness))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, Any]) -> AllocationModel:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def fit(observations: Sequence[Observation]) -> AllocationModel:
+    """Least-squares fit of the model on observations (needs at least 3); R^2 and MSE are in logit space."""
+    import numpy as np
+
+    if len(observations) < 3:
+        raise ValueError(f"the allocation model needs at least 3 measured configurations, got {len(observations)}")
+    rows, targets = [], []
+    for ob in observations:
+        x = log_theta(ob.docs, ob.shots, ob.iterations)
+        i = [*ob.informativeness, 0.0]
+        rows.append([*x, i[0] * x[0], i[1] * x[1], 1.0])  # i's third component is 0: b's is not fitted
+        targets.append(logit(ob.accuracy, 1 / (2 * max(ob.n, 1))))
+    design, y = np.asarray(rows), np.asarray(targets)
+    coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+    residual = y - design @ coef
+    mse = float(np.mean(residual**2))
+    total = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1 - float(np.sum(residual**2)) / total if total > 0 else float("nan")
+    return AllocationModel(
+        a=[float(v) for v in coef[:3]],
+        b=[float(coef[3]), float(coef[4]), 0.0],
+        c=float(coef[5]),
+        r2=r2,
+        mse=mse,
+        n_points=len(observations),
+        identifiable=int(rank) == design.shape[1],
+    )
+
+
+def informativeness(rows: Iterable[Mapping[str, Any]]) -> tuple[float, float]:
+    """(i_doc, i_shot) from sweep rows (dicts with docs, shots, iterations, acc in percent): accuracy with 1
+    document and no shot, resp. no document and 1 shot, minus the accuracy with neither (closed-book, 0 shots).
+    Raises ValueError naming the missing configuration."""
+    by_theta: dict[tuple[int, int], float] = {}
+    for row in rows:
+        if int(row.get("iterations", 0)) == 0 and row.get("acc") is not None:
+            by_theta.setdefault((int(row["docs"]), int(row["shots"])), float(row["acc"]) / 100)
+    needed = {
+        (0, 0): "0 documents, 0 shots (closed-book)",
+        (1, 0): "1 document, 0 shots",
+        (0, 1): "0 documents, 1 shot",
+    }
+    missing = [text for theta, text in needed.items() if theta not in by_theta]
+    if missing:
+        raise ValueError(f"informativeness needs the accuracy of: {'; '.join(missing)} (run the sweep with baselines)")
+    base = by_theta[(0, 0)]
+    return by_theta[(1, 0)] - base, by_theta[(0, 1)] - base
+
+
+def observations(rows: Iterable[Mapping[str, Any]], i: tuple[float, float]) -> list[Observation]:
+    return [
+        Observation(int(r["docs"]), int(r["shots"]), int(r["iterations"]), i, float(r["acc"]) / 100, int(r.get("n", 1)))
+        for r in rows
+        if r.get("acc") is not None
+    ]
+
+
+def tokens_of(row: Mapping[str, Any]) -> float:
+    """A configuration's effective context: measured when it ran, else estimated."""
+    measured = row.get(EFFECTIVE_CONTEXT)
+    return float(measured if measured is not None else row["estimated_tokens"])
+
+
+def predict_best(
+    model: AllocationModel, candidates: Iterable[Mapping[str, Any]], budget: float, i: Sequence[float]
+) -> Mapping[str, Any] | None:
+    """The candidate (a dict with docs, shots, iterations and tokens) within `budget` of highest predicted
+    accuracy; None when none fits."""
+    within = [c for c in candidates if tokens_of(c) <= budget]
+    if not within:
+        return None
+    return max(within, key=lambda c: (model.predict(c["docs"], c["shots"], c["iterations"], i), -tokens_of(c)))
+
+
+def best_measured(rows: Iterable[Mapping[str, Any]], budget: float) -> Mapping[str, Any] | None:
+    within = [r for r in rows if r.get("acc") is not None and tokens_of(r) <= budget]
+    return max(within, key=lambda r: (r["acc"], r.get("em", 0), -tokens_of(r)), default=None)
+
+
+def assess(
+    model: AllocationModel, rows: Sequence[Mapping[str, Any]], budget: float, i: Sequence[float]
+) -> dict[str, Any] | None:
+    """The predicted configuration at `budget`, its measured accuracy, and that as % of the grid's best there."""
+    predicted = predict_best(model, rows, budget, i)
+    best = best_measured(rows, budget)
+    if predicted is None or best is None:
+        return None
+    ratio = 100 * predicted["acc"] / best["acc"] if best["acc"] else (100.0 if not predicted["acc"] else 0.0)
+    return {
+        "budget": budget,
+        "predicted": _label(predicted),
+        "predicted_acc": predicted["acc"],
+        "predicted_model_acc": round(
+            100 * model.predict(predicted["docs"], predicted["shots"], predicted["iterations"], i), 2
+        ),
+        "best": _label(best),
+        "best_acc": best["acc"],
+        "percent_of_best": round(ratio, 1),
+    }
+
+
+def extrapolation(
+    rows: Sequence[Mapping[str, Any]], budgets: Sequence[float], i: tuple[float, float]
+) -> list[dict[str, Any]]:
+    """The paper's check: fit on configurations within budget B, predict the best configuration at the next budget."""
+    checks = []
+    ordered = sorted(budgets)
+    for low, high in itertools.pairwise(ordered):
+        train = [r for r in rows if r.get("acc") is not None and tokens_of(r) <= low]
+        if len(train) < 3:
+            continue
+        result = assess(fit(observations(train, i)), rows, high, i)
+        if result is not None:
+            checks.append({"fit_budget": low, **result})
+    return checks
+
+
+def _label(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in ("method", "docs", "shots", "iterations") if k in row} | {"tokens": tokens_of(row)}
+
+
+def save(path: Path, payload: Mapping[str, Any]) -> None:
+    write_json(path, payload, indent=2)
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The stored allocation (``allocation.json`` of a sweep); FileNotFoundError names the file and the fix."""
+    if not path.exists():
+        raise FileNotFoundError(f"no fitted allocation model at {path}: run `ragscale sweep` for this dataset first")
+    return json.loads(path.read_text(encoding="utf-8"))

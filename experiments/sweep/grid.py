@@ -1,0 +1,105 @@
+"""What a sweep varies: the grid of configurations theta = (documents k, shots m, iterations n) per method.
+
+Iterations apply to IterDRAG only (single-step methods have n = 0); closed-book, the baseline, has no documents
+and is run with 0 and 1 shots for the allocation model's informativeness. Budgets are in tokens of effective
+context ("2k" = 2,000). The default grid is sized to finish within an hour on a 2-core CPU with smollm2-135m; the
+paper's (Yue et al. 2024) is ``--docs 1,2,5,10,20 --shots 0,1,2,4,8 --iterations 1,2,3``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, replace
+
+from ragscale.experiments.config import ConfigError, RunConfig
+
+BASELINE = "closed-book"  # the sweep's baseline method: no documents, its question alone
+METHODS = ("rag", "drag", "iterdrag")  # the methods a sweep varies
+DEFAULT_DOCS = (1, 2, 4)
+DEFAULT_SHOTS = (0, 1)
+DEFAULT_ITERATIONS = (1,)
+DEFAULT_BUDGETS = (500, 1000, 2000, 4000)
+DEFAULT_LIMIT = 20
+
+
+def parse_size(text: str) -> int:
+    """ "16k" -> 16000, "1m" -> 1000000, "800" -> 800."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", text)
+    if not match:
+        raise ConfigError(f"budget {text!r} is not a token count such as 800, 2k or 1m")
+    scale = {"": 1, "k": 1000, "m": 1_000_000}[match.group(2).lower()]
+    return int(float(match.group(1)) * scale)
+
+
+def format_size(tokens: float) -> str:
+    return f"{tokens / 1000:g}k" if tokens >= 1000 and tokens % 1000 == 0 else f"{tokens:g}"
+
+
+def parse_ints(text: str, name: str, low: int = 0) -> tuple[int, ...]:
+    try:
+        values = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
+    except ValueError as exc:
+        raise ConfigError(f"--{name} {text!r}: expected comma-separated integers such as 1,2,5") from exc
+    if not values or values[0] < low:
+        raise ConfigError(f"--{name} {text!r}: expected integers >= {low}")
+    return values
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What a sweep varies. `baselines` adds closed-book with 0 and 1 shots (the model's informativeness)."""
+
+    methods: tuple[str, ...] = METHODS
+    docs: tuple[int, ...] = DEFAULT_DOCS
+    shots: tuple[int, ...] = DEFAULT_SHOTS
+    iterations: tuple[int, ...] = DEFAULT_ITERATIONS
+    budgets: tuple[int, ...] = DEFAULT_BUDGETS
+    baselines: bool = True
+
+    def __post_init__(self) -> None:
+        for method in self.methods:
+            if method not in (*METHODS, BASELINE):
+                raise ConfigError(f"unknown sweep method {method!r}; valid choices: {', '.join(METHODS)}")
+        if not self.budgets:
+            raise ConfigError("a sweep needs at least one budget")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of the grid; `iterations` is 0 for single-step methods, `docs` 0 for closed-book."""
+
+    method: str
+    docs: int
+    shots: int
+    iterations: int = 0
+
+    @property
+    def label(self) -> str:
+        text = f"{self.method} k={self.docs} m={self.shots}"
+        return text + (f" n={self.iterations}" if self.method == "iterdrag" else "")
+
+
+def grid_points(grid: Grid) -> list[Point]:
+    points = []
+    if grid.baselines:
+        points += [Point(BASELINE, 0, shots) for shots in (0, 1)]
+    for method in grid.methods:
+        iterations = grid.iterations if method == "iterdrag" else (0,)
+        docs = (0,) if method == BASELINE else grid.docs
+        points += [Point(method, k, m, n) for k, m, n in itertools.product(docs, grid.shots, iterations)]
+    return list(dict.fromkeys(points))
+
+
+def point_config(base: RunConfig, point: Point, *, docs_per_demo: int | None = None) -> RunConfig:
+    """The run config of a point: k documents, m demonstrations of k documents each (or `docs_per_demo`)."""
+    return replace(
+        base,
+        method=point.method,
+        k=max(point.docs, 1),
+        max_demos=point.shots,
+        max_docs_per_demo=docs_per_demo if docs_per_demo is not None else point.docs,
+        max_iterations=max(point.iterations, 1),
+        optimizer=base.optimizer if point.shots else "none",
+        run_name=None,
+    )

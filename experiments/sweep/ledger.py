@@ -1,0 +1,115 @@
+"""What a sweep remembers: each finished configuration by a key of its settings and data, in ``ledger.json``.
+
+A configuration's key hashes what determines its result (``KEY_FIELDS`` of its run config and a fingerprint of
+the questions). Finished configurations are kept in ``ledger.json`` in the sweep directory and tagged on their
+MLflow child runs (``SWEEP_KEY_TAG``, with the estimate made just before they ran), so a rerun skips them even
+when the ledger is lost. A row holds the run's summary values under the names of its MLflow metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments import tracking
+from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
+from ragscale.experiments.files import slug, write_json
+
+log = logging.getLogger(__name__)
+
+SWEEP_KEY_TAG = "ragscale.sweep_key"
+ESTIMATE_TAG = "ragscale.sweep_estimate"  # the estimate made just before the configuration ran, as JSON
+LEDGER = "ledger.json"
+ROW_FIELDS = (
+    "em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
+    "eval_s", "wall_s",
+)  # fmt: skip
+
+
+def data_fingerprint(train: Sequence, evalset: Sequence) -> str:
+    digest = hashlib.sha256()
+    for split, examples in (("train", train), ("eval", evalset)):
+        for ex in examples:
+            digest.update(json.dumps([split, str(ex.id), ex.question, list(ex.answers)], ensure_ascii=False).encode())
+    return digest.hexdigest()[:16]
+
+
+KEY_FIELDS = (
+    "method", "dataset", "optimizer", "lm", "api_base", "adapter", "max_tokens", "retriever", "k", "max_iterations",
+    "max_demos", "max_docs_per_demo", "metric", "limit", "train_limit", "seed",
+)  # fmt: skip
+
+
+def config_key(config: RunConfig, fingerprint: str) -> str:
+    """A hash of what determines a configuration's result: its settings and the data."""
+    values = {name: getattr(config, name) for name in KEY_FIELDS}
+    text = json.dumps({**values, "data": fingerprint}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def sweep_dir_for(runs_dir: Path, dataset: str, lm: str) -> Path:
+    """Where a sweep of ``dataset`` with ``lm`` keeps its ledger, results, plot and allocation model."""
+    return Path(runs_dir).resolve() / "sweeps" / f"{dataset}-{slug(lm)}"
+
+
+def load_ledger(sweep_dir: Path) -> dict[str, dict]:
+    """The finished configurations recorded in ``ledger.json`` by key (empty when there is none); a file that is
+    not a ledger of this version fails naming it (deleting it is safe: the MLflow runs rebuild it)."""
+    path = sweep_dir / LEDGER
+    if not path.exists():
+        return {}
+    try:
+        ledger = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc}); delete it, the MLflow runs rebuild it") from exc
+    stale = [key for key, row in ledger.items() if not set(ROW_FIELDS) <= set(row)]
+    if stale:
+        raise ConfigError(
+            f"{path}: rows {', '.join(stale[:3])} lack {', '.join(ROW_FIELDS)} (a ledger of an older ragscale); "
+            "delete it, the MLflow runs rebuild it"
+        )
+    return ledger
+
+
+def save_ledger(sweep_dir: Path, ledger: Mapping[str, dict]) -> None:
+    write_json(sweep_dir / LEDGER, ledger)
+
+
+def ledger_row(run_id: str, lm: str | None, values: Mapping[str, Any], estimate: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished configuration's row: its run, its LM, its summary values (``ROW_FIELDS``, by the names of the
+    run's summary and MLflow metrics) and the estimate made just before it ran (``estimate_fields``)."""
+    row = {"run_id": run_id, "lm": lm, **{name: values.get(name) for name in ROW_FIELDS}}
+    row["n"], row["failed"] = int(row["n"] or 0), int(row["failed"] or 0)
+    return {**row, **estimate}
+
+
+def mlflow_rows(runs_dir: Path) -> dict[str, dict]:
+    """Finished child runs tagged with a sweep key, as ledger rows by key (for a ledger that lost them)."""
+    rows: dict[str, dict] = {}
+    for run in tracking.finished_runs(runs_dir, kind="run"):
+        key = run.data.tags.get(SWEEP_KEY_TAG)
+        if key is not None:
+            estimate = json.loads(run.data.tags.get(ESTIMATE_TAG, "{}"))
+            rows[key] = ledger_row(run.info.run_id, run.data.tags.get("lm"), run.data.metrics, estimate)
+    return rows
+
+
+def run_records(runs_dir: Path, run_id: str) -> list[dict] | None:
+    """A finished run's per-question records (``predictions.jsonl``): from its work folder, else its MLflow
+    artifact; None when neither can be read."""
+    from mlflow.exceptions import MlflowException
+
+    path = Path(runs_dir) / "work" / run_id / PREDICTIONS
+    try:
+        if not path.exists():
+            path = tracking.artifact_path(runs_dir, run_id, PREDICTIONS)
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, MlflowException) as exc:
+        log.warning("no per-question records for run %s (%s): it calibrates no estimate", run_id, exc)
+        return None
+    return [json.loads(line) for line in lines if line.strip()]

@@ -1,0 +1,125 @@
+"""The sweep's plan: every grid point with its key, estimated effective context and time, and whether it runs.
+
+A point is "done" when its key is in the ledger or tagged on a finished MLflow run; "over budget" when even its
+fewest tokens (``Estimate.low``) exceed the largest budget; "over context window" when its longest call, every
+iteration used, exceeds the LM's window; else it will "run". ``format_plan`` prints it with the totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ragscale.experiments.config import RunConfig
+from ragscale.experiments.sweep.estimate import Estimate, Planner
+from ragscale.experiments.sweep.grid import Grid, Point, grid_points, point_config
+from ragscale.experiments.sweep.ledger import config_key, data_fingerprint, run_records
+from ragscale.experiments.sweep.speed import Speed
+
+
+@dataclass
+class PlannedPoint:
+    point: Point
+    key: str
+    docs_per_demo: int
+    estimate: Estimate
+    seconds: float
+    status: str  # "run", "done", "over budget", "over context window"
+
+    def row(self) -> dict[str, Any]:
+        return {
+            **asdict(self.point),
+            "key": self.key,
+            "estimated_tokens": round(self.estimate.tokens, 1),
+            "estimated_low": round(self.estimate.low, 1),
+            "estimated_high": round(self.estimate.high, 1),
+            "estimated_calls": round(self.estimate.calls, 2),
+            "estimate_basis": self.estimate.basis,
+            "estimated_s": round(self.seconds, 1),
+            "status": self.status,
+        }
+
+
+def plan(
+    grid: Grid,
+    base: RunConfig,
+    *,
+    lm,
+    train: Sequence,
+    evalset: Sequence,
+    ledger: Mapping[str, dict],
+    speed: Speed | None,
+    docs_per_demo: int | None = None,
+    tracked: Mapping[str, dict] | None = None,
+    retriever=None,
+    planner: Planner | None = None,
+) -> list[PlannedPoint]:
+    """Every grid point with its key, estimated effective context and time, and whether it will run ("done" when
+    its key is in the ledger or in `tracked`, the sweep-tagged MLflow runs, whose per-question records calibrate
+    the estimates of their method). A point is skipped as "over budget" only when it cannot fit: even its fewest
+    tokens (`Estimate.low`) exceed the largest budget; as "over context window" when its longest call, every
+    iteration used, exceeds the LM's context window (the check the runner makes before running it)."""
+    from ragscale.programs.lm import context_window
+
+    if planner is None:
+        planner = Planner.for_run(base, lm, train, evalset, retriever=retriever, speed=speed)
+    fingerprint = data_fingerprint(train, evalset)
+    window = context_window(lm)
+    finished = {**(tracked or {}), **ledger}
+    points = []
+    for point in grid_points(grid):
+        config = point_config(base, point, docs_per_demo=docs_per_demo)
+        key = config_key(config, fingerprint)
+        points.append((point, key, config.max_docs_per_demo))
+        if key in finished:
+            planner.learn(point, config.max_docs_per_demo, run_records(base.runs_dir, finished[key]["run_id"]))
+    planned = []
+    for point, key, per_demo in points:
+        estimate, seconds = planner.estimate(point, per_demo)
+        if key in finished:
+            status = "done"
+        elif estimate.low > max(grid.budgets):
+            status = "over budget"
+        elif estimate.longest_call > window:
+            status = "over context window"
+        else:
+            status = "run"
+        planned.append(PlannedPoint(point, key, per_demo, estimate, seconds, status))
+    return planned
+
+
+def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_questions: int) -> str:
+    lines = [
+        "| configuration | est. tokens/question | estimate | fewest-most | LM calls | est. time | status |",
+        "|---|---:|---|---:|---:|---:|---|",
+    ]
+    for p in planned:
+        e = p.estimate
+        time_text = f"{p.seconds / 60:.1f} min" if p.seconds == p.seconds else "?"
+        spread = f"{e.low:,.0f}" if round(e.low) == round(e.high) else f"{e.low:,.0f}-{e.high:,.0f}"
+        lines.append(
+            f"| {p.point.label} | {e.tokens:,.0f} | {e.basis} | {spread} | {e.calls:.1f} | {time_text} | {p.status} |"
+        )
+    todo = [p for p in planned if p.status == "run"]
+    total = sum(p.seconds for p in todo)
+    speed_text = (
+        f"prefill {speed.prefill_tok_s:g} tok/s, decode {speed.decode_tok_s:g} tok/s ({speed.source})"
+        if speed
+        else "speed not measured"
+    )
+    lines.append("")
+    lines.append(
+        "estimate: calibrated = learned from this sweep's finished configurations of the same method and shots (how "
+        "often IterDRAG asks another follow-up, the follow-ups it asked, adapter retries); follow-ups = IterDRAG's "
+        "follow-ups learned from other shot counts, retries not yet; bound = IterDRAG at every iteration (nothing "
+        "learned yet); counted = each call once (a floor: retries add). fewest-most: without retries, IterDRAG "
+        "stopping at its first decomposition to every iteration used; over budget = even the fewest exceed the "
+        "largest budget."
+    )
+    lines.append(
+        f"{len(todo)} to run, {sum(p.status == 'done' for p in planned)} done, "
+        f"{sum(p.status.startswith('over') for p in planned)} skipped; {n_questions} questions each; "
+        f"estimated {total / 60:.1f} min of LM time ({speed_text}); plus loading, indexing and compiling"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""What a sweep found: per budget the best configuration per method and overall (the paper's Table 1 shape), the
+plot of accuracy against effective context, and the computation allocation model fitted on the grid.
+
+A configuration belongs to budget B when its measured effective context is at most B; within a budget the best
+has the highest Acc, then EM, then F1, then the fewest tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.sweep import allocation
+from ragscale.experiments.sweep.grid import BASELINE, Point, format_size
+
+log = logging.getLogger(__name__)
+
+
+def _rank(row: Mapping[str, Any]) -> tuple:
+    return (row["acc"], row["em"], row["f1"], -allocation.tokens_of(row))
+
+
+def budget_table(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> list[dict[str, Any]]:
+    """Per budget, the best configuration per method and overall (the paper's Table 1 shape)."""
+    table = []
+    measured = [r for r in rows if r.get("acc") is not None and r.get(EFFECTIVE_CONTEXT) is not None]
+    for budget in sorted(budgets):
+        within = [r for r in measured if r[EFFECTIVE_CONTEXT] <= budget]
+        methods = sorted({r["method"] for r in within}, key=lambda m: (m != BASELINE, m))
+        for method in [*methods, "best"]:
+            pool = within if method == "best" else [r for r in within if r["method"] == method]
+            if not pool:
+                continue
+            best = max(pool, key=_rank)
+            table.append(
+                {
+                    "budget": budget,
+                    "method": method,
+                    "config": Point(best["method"], best["docs"], best["shots"], best["iterations"]).label,
+                    "em": best["em"],
+                    "f1": best["f1"],
+                    "acc": best["acc"],
+                    EFFECTIVE_CONTEXT: best[EFFECTIVE_CONTEXT],
+                }
+            )
+    return table
+
+
+def format_table(table: Sequence[Mapping[str, Any]]) -> str:
+    lines = [
+        "| budget | method | best configuration | EM | F1 | Acc | tokens/question |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in table:
+        name = f"**{r['method']}**" if r["method"] == "best" else r["method"]
+        lines.append(
+            f"| {format_size(r['budget'])} | {name} | {r['config']} | {r['em']:.1f} | {r['f1']:.1f} | {r['acc']:.1f} "
+            f"| {r[EFFECTIVE_CONTEXT]:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+COLOURS = {"closed-book": "tab:gray", "rag": "tab:blue", "drag": "tab:orange", "iterdrag": "tab:green"}
+
+
+def plot(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], path: Path, *, title: str = "") -> Path:
+    """Accuracy against effective context (log x): every configuration a point coloured by method, the per-budget
+    optimum as a line; written to `path` (PNG) with matplotlib's Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [r for r in rows if r.get("acc") is not None and r.get(EFFECTIVE_CONTEXT)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method in sorted({r["method"] for r in measured}):
+        mine = [r for r in measured if r["method"] == method]
+        ax.scatter(
+            [r[EFFECTIVE_CONTEXT] for r in mine],
+            [r["acc"] for r in mine],
+            label=method,
+            color=COLOURS.get(method),
+            alpha=0.75,
+            s=28,
+        )
+    optimum, marks = [], []  # a staircase: each budget's best configuration, held up to the budget
+    for budget in sorted(budgets):
+        within = [r for r in measured if r[EFFECTIVE_CONTEXT] <= budget]
+        if within:
+            best = max(within, key=_rank)
+            optimum += [(best[EFFECTIVE_CONTEXT], best["acc"]), (budget, best["acc"])]
+            marks.append((best[EFFECTIVE_CONTEXT], best["acc"]))
+        ax.axvline(budget, color="0.85", linestyle=":", linewidth=1, zorder=0)
+    if optimum:
+        xs, ys = zip(*sorted(optimum), strict=True)
+        ax.plot(xs, ys, color="black", linewidth=1.2, label="per-budget optimum")
+        ax.scatter(*zip(*marks, strict=True), color="black", marker="D", s=18, zorder=3)
+    ax.set_xscale("log")
+    ax.set_xlabel("effective context length (input tokens of all LM calls per question)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title or "Accuracy vs effective context")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+FIT_METHODS = ("closed-book", "drag", "iterdrag")
+
+
+def fit_allocation(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], dataset: str) -> dict[str, Any] | None:
+    """Fit the allocation model on the sweep's DRAG/IterDRAG/closed-book rows (the paper's family; all methods when
+    those are missing), assess it at each budget and extrapolate; None when there is too little to fit."""
+    measured = [r for r in rows if r.get("acc") is not None]
+    family = [r for r in measured if r["method"] in FIT_METHODS]
+    if not any(r["method"] != BASELINE for r in family):
+        family = measured
+    try:
+        i = allocation.informativeness(
+            [r for r in measured if r["method"] in (BASELINE, "drag", "rag") and r["iterations"] == 0]
+        )
+    except ValueError as exc:
+        log.warning("no allocation model: %s", exc)
+        return None
+    if len(family) < 3:
+        log.warning("no allocation model: %d measured configurations (need 3)", len(family))
+        return None
+    model = allocation.fit(allocation.observations(family, i))
+    model.informativeness = {dataset: list(i)}
+    at_budget = [a for b in sorted(budgets) if (a := allocation.assess(model, family, b, i)) is not None]
+    candidates = [
+        {k: r[k] for k in ("method", "docs", "shots", "iterations", "estimated_tokens", EFFECTIVE_CONTEXT, "acc")}
+        for r in family
+    ]
+    return {
+        "model": model.to_json(),
+        "dataset": dataset,
+        "informativeness": list(i),
+        "methods": sorted({r["method"] for r in family}),
+        "at_budget": at_budget,
+        "extrapolation": allocation.extrapolation(family, budgets, i),
+        "candidates": candidates,
+    }
+
+
+def format_allocation(fitted: Mapping[str, Any]) -> str:
+    model = allocation.AllocationModel.from_json(fitted["model"])
+    i = fitted["informativeness"]
+    lines = [
+        f"allocation model on {model.n_points} configurations ({', '.join(fitted['methods'])}): "
+        f"R^2 {model.r2:.3f}, MSE {model.mse:.4f} (logit space); i_doc {i[0]:+.3f}, i_shot {i[1]:+.3f}; "
+        f"a + b*i = {', '.join(f'{v:+.3f}' for v in model.effective(i))} (docs, shots, iterations), c {model.c:+.3f}"
+        + ("" if model.identifiable else " [one dataset: a and b not separable]")
+    ]
+    for a in fitted["at_budget"]:
+        p = a["predicted"]
+        label = Point(p["method"], p["docs"], p["shots"], p["iterations"]).label
+        lines.append(
+            f"  budget {format_size(a['budget'])}: predicted {label}"
+            f" Acc {a['predicted_acc']:.1f} = {a['percent_of_best']:.1f}% of the grid's best ({a['best_acc']:.1f})"
+        )
+    for a in fitted["extrapolation"]:
+        lines.append(
+            f"  extrapolation: fit <= {format_size(a['fit_budget'])}, predict at {format_size(a['budget'])}: "
+            f"{a['percent_of_best']:.1f}% of the best"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,321 @@
+"""Running a sweep: plan it, run what is not done yet as MLflow child runs, and report what it found.
+
+One concept in one file: a sweep's run, from its set-up to its stored results.
+
+Shots are demonstrations learned by the teleprompter, compiled once per method and shot count (with the largest
+document count of the grid, and IterDRAG's largest iteration count) and reused across document and iteration
+counts (``run_experiment(compiled=...)``, demos cut to the configuration's k documents each, as DRAG's
+demonstrations carry as many documents as the test question). Each configuration is re-estimated just before it
+runs, with what the ones before it taught, and keeps that estimate with its result. A configuration that fails
+does not stop the sweep; a rerun retries it and skips the finished ones. ``plan_only`` prints the plan without
+running, ``allocate`` reads the stored allocation model.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments import tracking
+from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.files import write_json
+from ragscale.experiments.runner import (
+    build_program_for,
+    build_retriever_for,
+    compile_for,
+    load_examples,
+    load_lm_for,
+    run_experiment,
+)
+from ragscale.experiments.sweep import allocation
+from ragscale.experiments.sweep.estimate import Planner, estimate_fields
+from ragscale.experiments.sweep.grid import BASELINE, Grid, Point, format_size, point_config
+from ragscale.experiments.sweep.ledger import (
+    ESTIMATE_TAG,
+    SWEEP_KEY_TAG,
+    data_fingerprint,
+    ledger_row,
+    load_ledger,
+    mlflow_rows,
+    run_records,
+    save_ledger,
+    sweep_dir_for,
+)
+from ragscale.experiments.sweep.plan import PlannedPoint, format_plan, plan
+from ragscale.experiments.sweep.report import budget_table, fit_allocation, format_allocation, format_table, plot
+from ragscale.experiments.sweep.speed import Speed, measure_speed, speed_from_runs
+
+log = logging.getLogger(__name__)
+
+RESULTS = "results.json"
+TABLE = "table.md"
+PLOT = "accuracy_vs_context.png"
+ALLOCATION = "allocation.json"
+PLAN = "plan.md"
+
+
+@dataclass
+class SweepResult:
+    sweep_dir: Path
+    parent_run_id: str | None
+    ran: list[str]
+    skipped: list[str]
+    failed: list[str]
+    rows: list[dict]
+    table: list[dict]
+    allocation: dict | None
+    plot_path: Path | None
+    plan: list[PlannedPoint]
+
+
+@dataclass
+class _Setup:
+    """What planning and running share: the LM, the questions, the retriever the estimates search with, what is
+    finished (the ledger and the sweep-tagged MLflow runs) and the LM's speed."""
+
+    lm: Any
+    train: list
+    evalset: list
+    retriever: Any
+    ledger: dict[str, dict]
+    tracked: dict[str, dict]
+    speed: Speed
+
+
+def _setup(
+    grid: Grid,
+    base: RunConfig,
+    sweep_dir: Path,
+    *,
+    lm=None,
+    examples: tuple[Sequence, Sequence] | None = None,
+    retriever=None,
+    speed: Speed | None = None,
+    index: bool = True,
+) -> _Setup:
+    """Load what a sweep needs. ``index`` builds the configured retriever (cached under ``<runs_dir>/indexes``) so
+    that the estimates count the documents it really retrieves; without it (a plan alone) an in-memory BM25 over
+    the same corpus stands in, which takes well under a second."""
+    if lm is None:
+        lm = load_lm_for(base)
+    train, evalset = load_examples(base, examples)
+    if retriever is None and any(m != BASELINE for m in grid.methods):
+        if index:
+            retriever = build_retriever_for(base, train, evalset)
+        else:
+            from ragscale.data import build_corpus
+            from ragscale.programs.retrieval import BM25Retriever
+
+            retriever = BM25Retriever(build_corpus([*train, *evalset]))
+    ledger = load_ledger(sweep_dir)
+    tracked = mlflow_rows(base.runs_dir)
+    if speed is None:
+        speed = speed_from_runs({**tracked, **ledger}.values(), base.lm)
+    if speed is None:
+        speed = measure_speed(
+            lm, next((p["text"] for ex in evalset for p in (getattr(ex, "paragraphs", None) or [])), "")
+        )
+    return _Setup(lm, train, evalset, retriever, ledger, tracked, speed)
+
+
+def _compile(base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train: Sequence, docs_per_demo: int | None):
+    """Compile ``point.method`` with ``point.shots`` demos once, with the grid's largest k (and n for IterDRAG)."""
+    import dspy
+
+    from ragscale.programs.lm import make_adapter
+
+    widest = Point(point.method, max(grid.docs), point.shots, max(grid.iterations) if point.method == "iterdrag" else 0)
+    config = point_config(base, widest, docs_per_demo=docs_per_demo)
+    adapter = make_adapter(base.adapter)
+    with dspy.context(lm=lm, adapter=adapter):
+        return compile_for(config, build_program_for(config, retriever), train, lm, adapter)
+
+
+def run_sweep(
+    grid: Grid,
+    base: RunConfig,
+    *,
+    lm=None,
+    retriever=None,
+    examples: tuple[Sequence, Sequence] | None = None,
+    sweep_dir: Path | None = None,
+    docs_per_demo: int | None = None,
+    speed: Speed | None = None,
+    progress: bool = True,
+    report: Callable[[str], None] = log.info,
+) -> SweepResult:
+    """Plan, run what is not done yet, and summarise; see the module docstring. ``report`` receives the plan, the
+    table and the allocation summary as text (the CLI prints them)."""
+    from ragscale.optimizers.context import ContextWindowError
+    from ragscale.optimizers.demos import cap_demos
+
+    sweep_dir = sweep_dir or sweep_dir_for(base.runs_dir, base.dataset, base.lm)
+    got = _setup(grid, base, sweep_dir, lm=lm, examples=examples, retriever=retriever, speed=speed)
+    lm, train, evalset, ledger, tracked = got.lm, got.train, got.evalset, got.ledger, got.tracked
+    planner = Planner.for_run(base, lm, train, evalset, retriever=got.retriever, speed=got.speed)
+    planned = plan(
+        grid, base, lm=lm, train=train, evalset=evalset, ledger=ledger, speed=got.speed, docs_per_demo=docs_per_demo,
+        tracked=tracked, retriever=got.retriever, planner=planner,
+    )  # fmt: skip
+    report(format_plan(planned, got.speed, len(evalset)))
+    fingerprint = data_fingerprint(train, evalset)
+
+    parent = tracking.start_run(
+        base.runs_dir,
+        run_name=f"sweep-{sweep_dir.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}",
+        params={
+            **{f"grid.{k}": ",".join(map(str, v)) if isinstance(v, tuple) else str(v) for k, v in asdict(grid).items()},
+            **{f"base.{k}": v for k, v in base.to_params().items()},
+            "data_fingerprint": fingerprint,
+            "docs_per_demo": str(docs_per_demo),
+        },
+        tags={"dataset": base.dataset, "lm": base.lm},
+        kind="sweep",
+    )
+    ran, failed = [], []
+    compiled: dict[tuple[str, int], Any] = {}
+    try:
+        todo = [p for p in planned if p.status == "run"]
+        for number, item in enumerate(todo, start=1):
+            point = item.point
+            config = point_config(base, point, docs_per_demo=docs_per_demo)
+            config = replace(config, run_name=f"{sweep_dir.name}-{point.label.replace(' ', '-').replace('=', '')}")
+            # Re-estimated with what the configurations of its method finished so far in this sweep taught.
+            item.estimate, item.seconds = planner.estimate(point, item.docs_per_demo)
+            report(
+                f"[{number}/{len(todo)}] {point.label}: estimated {item.estimate.tokens:,.0f} tokens/question "
+                f"({item.estimate.basis})"
+            )
+            try:
+                program = None
+                if point.shots:
+                    if (point.method, point.shots) not in compiled:
+                        compiled[point.method, point.shots] = _compile(
+                            base, point, grid, lm=lm, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo
+                        )
+                    program = cap_demos(
+                        copy.deepcopy(compiled[point.method, point.shots]), point.shots, config.max_docs_per_demo
+                    )
+                summary = run_experiment(
+                    config,
+                    lm=lm,
+                    retriever=got.retriever,
+                    examples=(train, evalset),
+                    parent_run_id=parent,
+                    progress=progress,
+                    check_context=True,
+                    compiled=program,
+                )
+            except ContextWindowError as exc:
+                report(f"  skipped, does not fit: {exc}")
+                failed.append(item.key)
+                continue
+            except Exception as exc:  # one configuration failing does not stop the sweep; a rerun retries it
+                log.exception("configuration %s failed", point.label)
+                report(f"  failed: {type(exc).__name__}: {exc}")
+                failed.append(item.key)
+                continue
+            run_id, estimate = summary["mlflow_run_id"], estimate_fields(item.estimate)
+            mlflow_client = tracking.client(base.runs_dir)
+            mlflow_client.set_tag(run_id, SWEEP_KEY_TAG, item.key)
+            mlflow_client.set_tag(run_id, ESTIMATE_TAG, json.dumps(estimate))
+            planner.learn(point, item.docs_per_demo, run_records(base.runs_dir, run_id))
+            ledger[item.key] = ledger_row(run_id, base.lm, summary, estimate)
+            save_ledger(sweep_dir, ledger)
+            ran.append(item.key)
+            report(
+                f"  EM {summary['em']:.1f} F1 {summary['f1']:.1f} Acc {summary['acc']:.1f}; "
+                f"{summary[EFFECTIVE_CONTEXT]:,.0f} tokens/question measured; {summary['wall_s']:.0f} s"
+            )
+
+        rows = []
+        for item in planned:
+            found = ledger.get(item.key) or tracked.get(item.key)
+            if found is not None:
+                row = {**item.row(), **found, "lm": base.lm}
+                if "estimate_basis" not in found:  # ran before estimates were kept: this one was made after it ran
+                    row["estimate_basis"] += ", made after it ran"
+                rows.append(row)
+        table = budget_table(rows, grid.budgets)
+        fitted = fit_allocation(rows, grid.budgets, base.dataset)
+        write_json(sweep_dir / RESULTS, {"grid": asdict(grid), "rows": rows, "table": table})
+        (sweep_dir / TABLE).write_text(format_table(table) + "\n", encoding="utf-8")
+        (sweep_dir / PLAN).write_text(format_plan(planned, got.speed, len(evalset)) + "\n", encoding="utf-8")
+        artifacts = [sweep_dir / RESULTS, sweep_dir / TABLE, sweep_dir / PLAN]
+        plot_path = None
+        if rows:
+            plot_path = plot(rows, grid.budgets, sweep_dir / PLOT, title=f"{base.dataset}, {base.lm}, {len(evalset)} q")
+            artifacts.append(plot_path)
+        if fitted is not None:
+            allocation.save(sweep_dir / ALLOCATION, fitted)
+            artifacts.append(sweep_dir / ALLOCATION)
+        report(format_table(table))
+        if fitted is not None:
+            report(format_allocation(fitted))
+        metrics: dict[str, float | None] = {"configurations_run": len(ran), "configurations_failed": len(failed)}
+        for r in table:
+            for score in ("acc", "em", "f1"):
+                metrics[f"{score}_{r['method']}_{format_size(r['budget'])}"] = r[score]
+        if fitted is not None:
+            metrics["allocation_r2"] = fitted["model"]["r2"]
+            metrics["allocation_mse"] = fitted["model"]["mse"]
+        tracking.log_metrics(base.runs_dir, parent, metrics)
+        tracking.log_artifacts(base.runs_dir, parent, artifacts)
+    except BaseException as exc:
+        tracking.end_run(base.runs_dir, parent, status="KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+    tracking.end_run(base.runs_dir, parent)  # failed configurations are counted in its metrics and retried on rerun
+    skipped = [p.key for p in planned if p.status != "run"]
+    return SweepResult(sweep_dir, parent, ran, skipped, failed, rows, table, fitted, plot_path, planned)
+
+
+def plan_only(
+    grid: Grid, base: RunConfig, *, lm=None, docs_per_demo: int | None = None, report: Callable[[str], None] = log.info
+) -> list[PlannedPoint]:
+    """The plan alone: loads the LM (for its tokenizer and, without earlier runs, two tiny timed calls) and the
+    data; builds no persistent index (``_setup(index=False)``), compiles nothing, opens no MLflow run."""
+    start = time.perf_counter()
+    if lm is None:
+        lm = load_lm_for(base)
+    load_s = time.perf_counter() - start
+    sweep_dir = sweep_dir_for(base.runs_dir, base.dataset, base.lm)
+    got = _setup(grid, base, sweep_dir, lm=lm, index=False)
+    planned = plan(
+        grid, base, lm=lm, train=got.train, evalset=got.evalset, ledger=got.ledger, speed=got.speed,
+        docs_per_demo=docs_per_demo, tracked=got.tracked, retriever=got.retriever,
+    )  # fmt: skip
+    report(format_plan(planned, got.speed, len(got.evalset)) + f"\n(model loaded in {load_s:.0f} s)")
+    return planned
+
+
+def allocate(sweep_dir: Path, budget: int) -> dict[str, Any]:
+    """The configuration the stored model predicts best within ``budget`` (among the sweep's configurations)."""
+    path = sweep_dir / ALLOCATION
+    try:
+        fitted = allocation.load(path)
+    except FileNotFoundError as exc:
+        raise ConfigError(str(exc)) from exc
+    model = allocation.AllocationModel.from_json(fitted["model"])
+    i = fitted["informativeness"]
+    best = allocation.predict_best(model, fitted["candidates"], budget, i)
+    if best is None:
+        smallest = min(allocation.tokens_of(c) for c in fitted["candidates"])
+        raise ConfigError(f"no configuration of the sweep fits {budget} tokens (the smallest needs {smallest:,.0f})")
+    return {
+        "budget": budget,
+        "method": best["method"],
+        "docs": best["docs"],
+        "shots": best["shots"],
+        "iterations": best["iterations"],
+        "tokens_per_question": allocation.tokens_of(best),
+        "predicted_acc": round(100 * model.predict(best["docs"], best["shots"], best["iterations"], i), 2),
+        "measured_acc": best.get("acc"),
+        "r2": model.r2,
+    }

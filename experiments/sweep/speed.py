@@ -1,0 +1,68 @@
+"""How fast the LM reads and writes: the rates the sweep's plan turns token estimates into minutes with.
+
+``speed_from_runs`` fits prefill and decode rates on the sweep's earlier runs of the same LM (seconds per question
+against input and output tokens per question); without three usable runs, ``measure_speed`` times two tiny calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+
+
+@dataclass(frozen=True)
+class Speed:
+    prefill_tok_s: float
+    decode_tok_s: float
+    source: str
+
+    def seconds(self, input_tokens: float, output_tokens: float) -> float:
+        return input_tokens / self.prefill_tok_s + output_tokens / self.decode_tok_s
+
+
+def measure_speed(lm, text: str) -> Speed:
+    """Prefill and decode rates from two tiny timed calls (cache off): a ~300-token prompt with 1 output token,
+    then a short prompt with up to 24 output tokens."""
+    from ragscale.programs.lm import meter
+
+    fresh = lm.copy(cache=False) if hasattr(lm, "copy") else lm
+    words = " ".join((text or "the quick brown fox jumps over the lazy dog ").split()[:220])
+    stamp = f"[{time.time_ns()}] "  # a new prompt each time: no prefix cache either
+    fresh(messages=[{"role": "user", "content": stamp + "hi"}], max_tokens=1)  # warm-up
+    with meter() as usage:
+        start = time.perf_counter()
+        fresh(messages=[{"role": "user", "content": stamp + words}], max_tokens=1)
+        prefill_s = time.perf_counter() - start
+    prefill = max(usage.input_tokens, 1) / max(prefill_s, 1e-6)
+    with meter() as usage:
+        start = time.perf_counter()
+        fresh(messages=[{"role": "user", "content": stamp + "Write a long story about a cat."}], max_tokens=24)
+        total_s = time.perf_counter() - start
+    decode_s = max(total_s - usage.input_tokens / prefill, 1e-3)
+    decode = max(usage.output_tokens, 1) / decode_s
+    return Speed(round(prefill, 1), round(decode, 2), "timed calls")
+
+
+def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | None:
+    """Rates fitted (non-negative least squares on seconds per question) on earlier ledger rows of this LM."""
+    import numpy as np
+
+    usable = [
+        r
+        for r in rows
+        if r.get("lm") == lm_name and r.get("n") and r.get(EFFECTIVE_CONTEXT) is not None
+        and (r.get("eval_s") or 0) >= 0.2 * r["n"]  # faster than that: served from the LM cache, not a timing
+    ]  # fmt: skip
+    if len(usable) < 3:
+        return None
+    design = np.asarray([[r[EFFECTIVE_CONTEXT], r.get("output_tokens_per_question") or 0.0] for r in usable])
+    target = np.asarray([r["eval_s"] / r["n"] for r in usable])
+    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    if coef[0] <= 0 or coef[1] <= 0:
+        rate = float(design[:, 0].sum() / target.sum())  # one rate for all tokens, outputs folded in
+        return Speed(round(rate, 1), float("inf"), f"{len(usable)} earlier runs (one rate)")
+    return Speed(round(1 / coef[0], 1), round(1 / coef[1], 2), f"{len(usable)} earlier runs")

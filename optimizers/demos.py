@@ -1,0 +1,117 @@
+"""Demonstrations that carry their own documents: what the ``labeled`` teleprompter builds and every compiled
+program is cut to.
+
+DRAG (Yue et al. 2024, arXiv:2410.04343) shows each demonstration with the documents retrieved for that
+demonstration's question. ``labeled_fields`` turns one labeled example into the field values it offers a program's
+predictors (matched by field name), ``demo_documents`` retrieves a demonstration's documents with the program's
+own retriever, ``LabeledWithDocuments`` is DSPy's LabeledFewShot built on both, and ``cap_demos`` keeps at most
+``max_demos`` demonstrations per predictor and ``max_docs_per_demo`` documents per demonstration, the most relevant
+kept, last (DRAG's order). A program whose class sets ``demo_documents = False`` (RAG) has its demonstrations'
+documents dropped: they become question -> answer pairs.
+"""
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dspy
+from dspy.teleprompt.teleprompt import Teleprompter
+
+from ragscale.optimizers.metrics import gold_answers
+from ragscale.programs.lm.coerce import is_list
+from ragscale.programs.retrieval import format_passage, most_relevant_last
+
+
+def demo_documents(student: dspy.Module, query: str, max_docs: int) -> list[str] | None:
+    """The documents a demonstration for ``query`` carries: the student's own retrieval (its ``k``), most
+    relevant last, the last ``max_docs`` kept; None when the student has no retriever or drops demo documents."""
+    retriever = getattr(student, "retriever", None)
+    if retriever is None or not getattr(student, "demo_documents", True):
+        return None
+    passages = most_relevant_last(retriever(query, getattr(student, "k", max_docs)))
+    return [format_passage(p) for p in passages][max(0, len(passages) - max_docs) :]
+
+
+def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] | None]) -> list[dict[str, Any]]:
+    """The field values one labeled example offers a program's predictors, matched to them by field name.
+
+    Every example offers (question, documents, follow_ups, answer): the first gold answer, documents retrieved
+    for the question, and follow-ups from its decomposition if any, else none -- demonstrations for Answer,
+    AnswerClosedBook and Synthesize. An example with a decomposition (MuSiQue's ``question_decomposition``;
+    "#1" in a step is replaced by step 1's answer) also offers, per step, a Decompose demonstration (follow-ups
+    so far -> that step's question), an AnswerSub one (documents retrieved for the step -> its answer), and a
+    last Decompose one saying no follow-up is needed. Without a decomposition IterDRAG's decompose and
+    answer_sub get no labeled demonstrations: only its final synthesize does. A relevance-labelled passage
+    (``ragscale.optimizers.graders.grade_examples``: question, document, grade) offers itself, a Grade demo.
+    """
+    if "grade" in example:
+        return [dict(question=example.question, document=example.document, grade=example.grade)]
+    steps: list[tuple[str, str]] = []
+    for step in example.get("decomposition") or []:
+        sub_question = step["question"]
+        for index, (_, earlier) in enumerate(steps, start=1):
+            sub_question = sub_question.replace(f"#{index}", earlier)
+        steps.append((sub_question, step["answer"]))
+    follow_ups = [f"Q: {q} A: {a}" for q, a in steps]
+    answer = gold_answers(example)[0]
+    offered = [
+        dict(question=example.question, documents=documents(example.question), follow_ups=follow_ups, answer=answer)
+    ]
+    for index, (sub_question, sub_answer) in enumerate(steps):
+        offered.append(
+            dict(question=example.question, follow_ups=follow_ups[:index], needs_follow_up=True, follow_up=sub_question)
+        )
+        offered.append(dict(sub_question=sub_question, documents=documents(sub_question), answer=sub_answer))
+    if steps:
+        offered.append(dict(question=example.question, follow_ups=follow_ups, needs_follow_up=False, follow_up=""))
+    return [{name: value for name, value in fields.items() if value is not None} for fields in offered]
+
+
+class LabeledWithDocuments(Teleprompter):
+    """LabeledFewShot (``dspy/teleprompt/vanilla.py``) whose demonstrations carry their own documents.
+
+    Samples ``k`` training examples; each predictor gets, up to ``k``, the demonstrations whose fields cover its
+    signature (``documents`` may be missing: then the demonstration is a question -> answer pair; another list
+    input may be missing: then it is shown empty).
+    """
+
+    def __init__(self, k: int = 4, max_docs_per_demo: int = 5, seed: int = 0):
+        self.k, self.max_docs_per_demo, self.seed = k, max_docs_per_demo, seed
+
+    def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example]) -> dspy.Module:
+        self.student = student.reset_copy()
+        examples = random.Random(self.seed).sample(list(trainset), min(self.k, len(trainset)))
+
+        def documents(query: str) -> list[str] | None:
+            return demo_documents(self.student, query, self.max_docs_per_demo)
+
+        offered = [fields for example in examples for fields in labeled_fields(example, documents)]
+        for predictor in self.student.predictors():
+            signature = predictor.signature
+            # a list input the data has no label for (earlier answers, reasoning so far) is shown empty, as in
+            # a first call: the final answer of Decomposition (recursive) and RAT is then taught like Synthesize's
+            empty = {n: [] for n, f in signature.input_fields.items() if n != "documents" and is_list(f.annotation)}
+            needed = set(signature.fields) - {"documents"}
+            candidates = [{**empty, **fields} for fields in offered]
+            fits = [fields for fields in candidates if needed <= fields.keys()]
+            predictor.demos = [dspy.Example({n: f[n] for n in signature.fields if n in f}) for f in fits]
+            predictor.demos = predictor.demos[: self.k]
+        return self.student
+
+
+def cap_demos(program: dspy.Module, max_demos: int, max_docs_per_demo: int) -> dspy.Module:
+    """Keep at most ``max_demos`` demonstrations per predictor and ``max_docs_per_demo`` documents per
+    demonstration (the last ones: most relevant last); drop them all when the program sets ``demo_documents =
+    False``. Changes ``program`` in place and returns it."""
+    keep_documents = getattr(program, "demo_documents", True)
+    for predictor in program.predictors():
+        capped = []
+        for demo in predictor.demos[:max_demos]:
+            fields = dict(demo.items()) if isinstance(demo, dspy.Example) else dict(demo)
+            if "documents" in fields:
+                documents = list(fields.pop("documents"))
+                if keep_documents:
+                    fields["documents"] = documents[max(0, len(documents) - max_docs_per_demo) :]
+            capped.append(dspy.Example(fields))
+        predictor.demos = capped
+    return program

@@ -1,0 +1,148 @@
+"""Test doubles shared by several test modules (``pythonpath = ["tests"]`` makes them importable as ``doubles``)."""
+
+import dspy
+from dspy.lm15 import Message, Response, TextPart, Usage
+
+from ragscale.programs.lm.meter import MeteredLM
+from ragscale.programs.retrieval import Passage
+
+BEST, SECOND, THIRD = (Passage(id=f"id-{n}", title=n, text=f"{n} text.") for n in ("Best", "Second", "Third"))
+
+
+class FixedRetriever:
+    """The same ranking (most relevant first) for every query, recording the queries; shared on copy."""
+
+    def __init__(self, ranking=(BEST, SECOND, THIRD)):
+        self.ranking, self.queries = list(ranking), []
+
+    def __call__(self, query: str, k: int) -> list[Passage]:
+        self.queries.append(query)
+        return self.ranking[:k]
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def examples(n: int = 5) -> list[dspy.Example]:
+    """``n`` questions "Where is landmark i?" answered "City i"."""
+    return [
+        dspy.Example(id=str(i), question=f"Where is landmark {i}?", answers=[f"City {i}"]).with_inputs("question")
+        for i in range(n)
+    ]
+
+
+def musique_example() -> dspy.Example:
+    """A two-step question with its decomposition, as MuSiQue gives it ("#1" is step 1's answer)."""
+    return dspy.Example(
+        question="Where was the author of The Hobbit born?",
+        answers=["Bloemfontein"],
+        decomposition=[
+            {"id": 1, "question": "Who wrote The Hobbit?", "answer": "Tolkien", "paragraph_support_idx": 0},
+            {"id": 2, "question": "Where was #1 born?", "answer": "Bloemfontein", "paragraph_support_idx": 1},
+        ],
+    ).with_inputs("question")
+
+
+# Made-up facts so that nothing is known to any model and BM25 finds the right paragraph by its rare words.
+FACTS = [
+    (
+        "Zorblat River",
+        "The Zorblat River flows from the Kestine hills into the Mirren Sea.",
+        "Which sea does the Zorblat River flow into?",
+        "Mirren Sea",
+    ),
+    (
+        "Quillon Abbey",
+        "Quillon Abbey was founded by the monk Aldric Venn in the year 1132.",
+        "Who founded Quillon Abbey?",
+        "Aldric Venn",
+    ),
+    (
+        "Brastow Comet",
+        "The Brastow Comet was first sighted by the astronomer Ilsa Marrow.",
+        "Who first sighted the Brastow Comet?",
+        "Ilsa Marrow",
+    ),
+    (
+        "Pellucid Tower",
+        "The Pellucid Tower stands 212 metres tall in the city of Ostravel.",
+        "In which city is the Pellucid Tower?",
+        "Ostravel",
+    ),
+    (
+        "Garnock Treaty",
+        "The Garnock Treaty ended the war between Vessia and Drummond in 1788.",
+        "In which year was the Garnock Treaty signed?",
+        "1788",
+    ),
+    (
+        "Ommeline Opera",
+        "Ommeline is an opera composed by Teodor Haskel about a lighthouse keeper.",
+        "Who composed the opera Ommeline?",
+        "Teodor Haskel",
+    ),
+    (
+        "Fendrick Bridge",
+        "The Fendrick Bridge crosses the Lune Gorge and is built of red granite.",
+        "Which gorge does the Fendrick Bridge cross?",
+        "Lune Gorge",
+    ),
+]
+DISTRACTORS = [
+    ("Harrow Marsh", "Harrow Marsh is a wetland known for its herons and reed beds."),
+    ("Tindel Market", "Tindel Market sells spices, cloth and copper pots every Sunday."),
+    ("Corvane Lighthouse", "Corvane Lighthouse was automated and its keeper retired."),
+    ("Wexley Orchard", "Wexley Orchard grows pears and plums on a south-facing slope."),
+    ("Saltmere Station", "Saltmere Station is a railway stop on the coastal line."),
+    ("Ashby Quarry", "Ashby Quarry produced limestone for the cathedral."),
+    ("Mossgrove Library", "Mossgrove Library holds maps of the northern islands."),
+]
+
+
+def record(i: int) -> dict:
+    title, text, question, answer = FACTS[i]
+    other_title, other_text = DISTRACTORS[i]
+    return {
+        "id": f"q{i}",
+        "question": question,
+        "answers": [answer],
+        "paragraphs": [
+            {"title": other_title, "text": other_text, "is_supporting": False},
+            {"title": title, "text": text, "is_supporting": True},
+        ],
+        "supporting_titles": [title],
+        "type": "bridge",
+        "decomposition": None,
+    }
+
+
+class ScriptedChatEngine:
+    """A DSPy engine answering in ChatAdapter format from a {question: answer} script; usage = words in, 2 out."""
+
+    def __init__(self, script: dict[str, str]):
+        self.script = script
+
+    def complete(self, request):
+        texts = [m.text or "" for m in request.messages]
+        last = texts[-1]
+        answer = next((a for q, a in self.script.items() if q in last), "no idea")
+        output = f"[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
+        words = sum(len(t.split()) for t in texts)
+        return Response(
+            id=None,
+            model="scripted",
+            message=Message.assistant([TextPart(output)]),
+            finish_reason="stop",
+            usage=Usage(input_tokens=words, output_tokens=2, total_tokens=words + 2),
+        )
+
+
+def scripted_lm(script: dict[str, str]) -> MeteredLM:
+    """A metered dspy.LM (as load_lm returns) whose engine follows a script instead of running weights."""
+    return MeteredLM(
+        "local/scripted", engine=ScriptedChatEngine(script), cache=False, num_retries=0, context_window=4096
+    )
+
+
+# q4, q5 answered right, q6 wrong.
+SCRIPT = {FACTS[4][2]: "1788", FACTS[5][2]: "Teodor Haskel", FACTS[6][2]: "the Mirren Sea"}

@@ -1,0 +1,316 @@
+"""The budget sweep: estimated effective context, resumable child runs, the Table 1 summary and the plot.
+
+Most tests here use a metered `dspy.LM` (as `load_lm` returns) whose engine renders every prompt with SmolLM2's
+real chat template and counts it with SmolLM2's real tokenizer, but answers from a script instead of running the
+weights: the counted tokens are what the real model would be fed, the answers are not its answers, and the control
+flow (how many follow-ups IterDRAG asks) is fixed by the script. One test runs the real SmolLM2-135M on a handful of
+HotpotQA questions: there the model decides how many follow-ups to ask and when the adapter must ask again. What is
+compared in the estimate tests: the estimate the sweep made just before a configuration ran (from stand-in
+documents and demonstrations, calibrated on the configurations finished before it) against the input tokens the
+meter counted while the programs really ran (real BM25 retrieval on real HotpotQA questions, real labeled
+demonstrations, the real FieldAdapter).
+"""
+
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from dspy.lm15 import Message, Response, TextPart, Usage
+
+from ragscale.experiments import tracking
+from ragscale.experiments.config import RunConfig
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.sweep.grid import Grid, Point, grid_points, parse_size
+from ragscale.experiments.sweep.ledger import LEDGER
+from ragscale.experiments.sweep.report import budget_table
+from ragscale.experiments.sweep.run import ALLOCATION, PLOT, allocate, run_sweep
+from ragscale.experiments.sweep.speed import Speed
+from ragscale.programs.lm.meter import MeteredLM
+from ragscale.programs.lm.prompt import render_chat, request_messages
+
+SPEED = Speed(1000.0, 100.0, "stated")  # given: else the sweep times two calls of its LM before planning
+N_ITERATIONS_SCRIPTED = 2  # the scripted decomposer asks this many follow-ups, then says none is needed
+
+
+class TokenizerEngine:
+    """Renders and counts like `TorchEngine` (SmolLM2's chat template and tokenizer), answers from a script."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self._tok_lock, self.context_window = tokenizer, threading.Lock(), 8192
+        self.calls = 0
+
+    def render_messages(self, messages):
+        return render_chat(self.tokenizer, messages)
+
+    def count_tokens(self, text: str) -> int:
+        with self._tok_lock:
+            return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def complete(self, request):
+        self.calls += 1
+        prompt = self.render_messages(request_messages(request))
+        tail = prompt.rsplit("\n", 1)[-1]
+        if tail.startswith("needs_follow_up"):
+            text = " yes" if prompt.count("Q: Which") < N_ITERATIONS_SCRIPTED else " no"
+        elif tail.startswith("follow_up"):
+            text = f" Which year is meant in step {prompt.count('Q: Which') + 1}?"
+        else:
+            text = " 1990"
+        return Response(
+            id=None,
+            model="scripted-smollm2",
+            message=Message.assistant([TextPart(text)]),
+            finish_reason="stop",
+            usage=Usage(input_tokens=self.count_tokens(prompt), output_tokens=3, total_tokens=0),
+        )
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    from ragscale.programs.lm.models import resolve
+
+    path = resolve("smollm2-135m")
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def scripted_lm(tokenizer) -> MeteredLM:
+    engine = TokenizerEngine(tokenizer)
+    return MeteredLM("local/scripted", engine=engine, cache=False, num_retries=0, context_window=8192)
+
+
+@pytest.fixture(scope="module")
+def examples(shared_datasets):
+    from ragscale.data import load_split
+
+    return load_split("hotpotqa", "train", shared_datasets)[:8], load_split("hotpotqa", "dev", shared_datasets)[:3]
+
+
+def base_config(runs_dir: Path) -> RunConfig:
+    return RunConfig(
+        method="rag",
+        dataset="hotpotqa",
+        optimizer="labeled",
+        retriever="bm25",
+        runs_dir=runs_dir,
+        limit=3,
+        train_limit=8,
+        threads=2,
+    )
+
+
+# IterDRAG may ask 3 follow-ups; the script asks 2: a bound counts one follow-up too many.
+GRID = Grid(methods=("rag", "drag", "iterdrag"), docs=(1, 3), shots=(0, 2), iterations=(3,), budgets=(3000, 8000))
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, smollm2_tokenizer, examples):
+    runs_dir = tmp_path_factory.mktemp("sweep") / "runs"
+    lm = scripted_lm(smollm2_tokenizer)
+    reports: list[str] = []
+    result = run_sweep(
+        GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED, report=reports.append
+    )
+    return result, reports, runs_dir
+
+
+def test_the_grid_has_iterations_for_iterdrag_only_and_closed_book_baselines():
+    points = grid_points(GRID)
+    assert Point("closed-book", 0, 0) in points and Point("closed-book", 0, 1) in points
+    assert {p.iterations for p in points if p.method == "iterdrag"} == {3}
+    assert {p.iterations for p in points if p.method != "iterdrag"} == {0}
+    assert len(points) == 2 + 4 + 4 + 4
+
+
+def test_budgets_read_k_and_m_suffixes():
+    assert [parse_size(t) for t in ("800", "2k", "16K", "1m", "1.5k")] == [800, 2000, 16000, 1_000_000, 1500]
+
+
+def error(row) -> float:
+    return abs(row["estimated_tokens"] - row[EFFECTIVE_CONTEXT]) / row[EFFECTIVE_CONTEXT]
+
+
+def test_single_step_methods_are_estimated_within_ten_percent_of_the_counted_tokens(swept):
+    result, _, _ = swept
+    single_step = [r for r in result.rows if r["method"] != "iterdrag"]
+    assert len(single_step) == 10
+    for row in single_step:
+        assert error(row) <= 0.10, (
+            row["method"],
+            row["docs"],
+            row["shots"],
+            row["estimated_tokens"],
+            row[EFFECTIVE_CONTEXT],
+        )
+
+
+def test_iterdrag_is_estimated_at_every_iteration_until_a_finished_configuration_shows_how_many_it_asks(swept):
+    result, _, _ = swept
+    first, *later = [r for r in result.rows if r["method"] == "iterdrag"]
+    assert first["estimate_basis"] == "bound"
+    assert first["estimated_calls"] == 3 * (2 + 1) + 1 > first["lm_calls_per_question"] == 3 * 2 + 2 + 1
+    assert first["estimated_tokens"] > 1.1 * first[EFFECTIVE_CONTEXT]
+    assert [r["estimate_basis"] for r in later] == ["follow-ups (1 run)", "calibrated (1 run)", "calibrated (1 run)"]
+    for row in later:
+        # The follow-ups asked in the first configuration stand in for the later ones' (same questions).
+        assert row["estimated_calls"] == row["lm_calls_per_question"] == 3 * 2 + 2 + 1
+        assert error(row) <= 0.10, (row["docs"], row["shots"], row["estimated_tokens"], row[EFFECTIVE_CONTEXT])
+
+
+REAL_GRID = Grid(
+    methods=("rag", "drag", "iterdrag"), docs=(1, 2), shots=(1,), iterations=(1,), budgets=(4000,), baselines=False
+)
+
+
+@pytest.fixture(scope="module")
+def real_swept(tmp_path_factory, shared_datasets):
+    """SmolLM2-135M itself on 4 HotpotQA dev questions: each method's first configuration has nothing to learn
+    from (a floor for RAG and DRAG, a bound for IterDRAG), its second is calibrated on the first."""
+    from ragscale.data import load_split
+    from ragscale.programs.lm import load_lm
+
+    train, dev = load_split("hotpotqa", "train", shared_datasets)[:8], load_split("hotpotqa", "dev", shared_datasets)
+    base = replace(base_config(tmp_path_factory.mktemp("real") / "runs"), limit=4)
+    lm = load_lm("smollm2-135m", cache=False)
+    return run_sweep(REAL_GRID, base, lm=lm, examples=(train, dev[:4]), progress=False, speed=SPEED)
+
+
+@pytest.mark.slow
+def test_on_a_real_small_run_estimates_are_a_floor_or_a_bound_until_calibrated_then_within_ten_percent(real_swept):
+    for method in ("rag", "drag", "iterdrag"):
+        first, second = [r for r in real_swept.rows if r["method"] == method]
+        if method == "iterdrag":
+            assert first["estimate_basis"] == "bound" and first["estimated_tokens"] >= first[EFFECTIVE_CONTEXT]
+        else:
+            assert first["estimate_basis"] == "counted" and first["estimated_tokens"] <= first[EFFECTIVE_CONTEXT] + 0.1
+        assert second["estimate_basis"] == "calibrated (1 run)"
+        assert error(second) <= 0.10, (method, second["estimated_tokens"], second[EFFECTIVE_CONTEXT])
+
+
+def test_the_plan_says_which_estimates_are_bounds_and_a_rerun_plan_that_they_are_calibrated(
+    swept, smollm2_tokenizer, examples
+):
+    _, reports, runs_dir = swept
+    first_plan = next(text for text in reports if text.startswith("| configuration"))
+    assert "| iterdrag k=1 m=0 n=3 | " in first_plan
+    assert {line.split(" | ")[2] for line in first_plan.splitlines() if line.startswith("| iterdrag")} == {"bound"}
+    assert {line.split(" | ")[2] for line in first_plan.splitlines() if line.startswith("| rag")} == {"counted"}
+    again = run_sweep(
+        GRID, base_config(runs_dir), lm=scripted_lm(smollm2_tokenizer), examples=examples, progress=False, speed=SPEED
+    )
+    bases = {p.point.method: p.estimate.basis for p in again.plan}
+    assert bases["iterdrag"] == "calibrated (2 runs)" and bases["rag"] == "calibrated (2 runs)"
+
+
+def test_each_configuration_is_a_child_run_of_the_sweep_run(swept):
+    result, _, runs_dir = swept
+    client = tracking.client(runs_dir)
+    assert len(result.ran) == len(grid_points(GRID))
+    for row in result.rows:
+        run = client.get_run(row["run_id"])
+        assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
+        assert run.data.tags["ragscale.sweep_key"] == row["key"]
+    assert client.get_run(result.parent_run_id).data.tags[tracking.RUN_KIND_TAG] == "sweep"
+
+
+def test_a_rerun_of_a_finished_sweep_runs_no_configuration(swept, smollm2_tokenizer, examples):
+    result, _, runs_dir = swept
+    lm = scripted_lm(smollm2_tokenizer)
+    again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
+    assert again.ran == [] and lm.engine.calls == 0
+    assert {r["key"] for r in again.rows} == {r["key"] for r in result.rows}
+
+
+def test_the_ledger_is_not_needed_to_resume_the_mlflow_runs_are_enough(swept, smollm2_tokenizer, examples):
+    result, _, runs_dir = swept
+    (result.sweep_dir / LEDGER).unlink()
+    lm = scripted_lm(smollm2_tokenizer)
+    again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
+    assert again.ran == [] and lm.engine.calls == 0
+
+
+def test_the_plot_is_written_and_logged_to_mlflow(swept):
+    result, _, runs_dir = swept
+    assert result.plot_path is not None and result.plot_path.stat().st_size > 1000
+    assert result.plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tracking.artifact_path(runs_dir, result.parent_run_id, PLOT).exists()
+
+
+def test_the_table_has_the_best_configuration_per_method_and_overall_within_each_budget(swept):
+    result, _, _ = swept
+    for budget in GRID.budgets:
+        entries = [r for r in result.table if r["budget"] == budget]
+        best = next(r for r in entries if r["method"] == "best")
+        assert best["acc"] == max(r["acc"] for r in entries)
+        assert all(r[EFFECTIVE_CONTEXT] <= budget for r in entries)
+
+
+def test_the_allocation_model_is_stored_as_json_and_allocate_reads_it(swept):
+    result, _, _ = swept
+    stored = json.loads((result.sweep_dir / ALLOCATION).read_text())
+    assert {"model", "informativeness", "at_budget", "extrapolation", "candidates"} <= stored.keys()
+    choice = allocate(result.sweep_dir, 3000)
+    assert choice["tokens_per_question"] <= 3000
+    assert choice["method"] in {"closed-book", "drag", "iterdrag"}
+
+
+def test_configurations_over_the_largest_budget_are_skipped_before_running(tmp_path, smollm2_tokenizer, examples):
+    lm = scripted_lm(smollm2_tokenizer)
+    grid = Grid(methods=("drag",), docs=(1, 8), shots=(0,), iterations=(1,), budgets=(1000,), baselines=False)
+    result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
+    status = {p.point.docs: p.status for p in result.plan}
+    assert status == {1: "run", 8: "over budget"}
+    assert [r["docs"] for r in result.rows] == [1]
+
+
+def test_only_configurations_that_cannot_fit_are_skipped_an_iterdrag_bound_over_budget_still_runs(
+    tmp_path, smollm2_tokenizer, examples
+):
+    lm = scripted_lm(smollm2_tokenizer)
+    grid = Grid(methods=("iterdrag",), docs=(1,), shots=(0,), iterations=(6,), budgets=(2000,), baselines=False)
+    result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
+    (item,) = result.plan
+    assert item.estimate.low <= 2000 < item.estimate.high  # stopping at once fits; every follow-up would not
+    assert item.status == "run" and result.rows[0][EFFECTIVE_CONTEXT] <= 2000
+
+
+def test_budget_table_ranks_by_accuracy_then_em_then_fewer_tokens():
+    rows = [
+        {
+            "method": "drag",
+            "docs": 1,
+            "shots": 0,
+            "iterations": 0,
+            "em": 10,
+            "f1": 20,
+            "acc": 30,
+            EFFECTIVE_CONTEXT: 500,
+        },
+        {
+            "method": "drag",
+            "docs": 2,
+            "shots": 0,
+            "iterations": 0,
+            "em": 10,
+            "f1": 20,
+            "acc": 30,
+            EFFECTIVE_CONTEXT: 900,
+        },
+        {
+            "method": "rag",
+            "docs": 5,
+            "shots": 0,
+            "iterations": 0,
+            "em": 50,
+            "f1": 50,
+            "acc": 50,
+            EFFECTIVE_CONTEXT: 3000,
+        },
+    ]
+    table = budget_table(rows, [1000, 4000])
+    small = {r["method"]: r for r in table if r["budget"] == 1000}
+    assert set(small) == {"drag", "best"} and small["best"]["config"] == "drag k=1 m=0"
+    assert next(r for r in table if r["budget"] == 4000 and r["method"] == "best")["config"] == "rag k=5 m=0"

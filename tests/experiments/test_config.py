@@ -1,0 +1,51 @@
+"""The run config: read from TOML with flags over it, round-tripped, and a bad value named with the valid ones."""
+
+import pytest
+
+from ragscale.experiments.config import ConfigError, RunConfig
+
+
+def test_a_toml_config_is_read_and_flags_override_it(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('method = "drag"\ndataset = "nq"\noptimizer = "bootstrap"\nk = 7\nruns_dir = "out"\n')
+    config = RunConfig.from_toml(path, k=3)
+    assert (config.method, config.dataset, config.optimizer, config.k) == ("drag", "nq", "bootstrap", 3)
+    assert config.runs_dir.is_absolute() and config.runs_dir.name == "out"
+
+
+def test_a_config_round_trips_through_its_toml(tmp_path):
+    config = RunConfig(
+        method="iterdrag",
+        dataset="musique",
+        optimizer="labeled",
+        limit=5,
+        eval_file=tmp_path / "e.jsonl",
+        threads=2,
+        cache=False,
+    )
+    path = tmp_path / "config.toml"
+    path.write_text(config.to_toml())
+    assert RunConfig.from_toml(path) == config
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("k", 0, "k must be >= 1"),
+        ("threads", "4", "threads must be an integer"),
+        ("adapter", "xml", "valid choices: chat, field, json"),
+        ("retriever", "grep", "bm25, dense, hybrid"),
+    ],
+)
+def test_a_bad_config_value_fails_naming_the_field(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(method="rag", dataset="hotpotqa", **{field: value})
+
+
+def test_the_shipped_configs_are_valid():
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).resolve().parents[2] / "runs" / "configs").glob("*.toml"))
+    assert configs
+    for path in configs:
+        RunConfig.from_toml(path)

@@ -1,0 +1,75 @@
+"""The context-window check: each predictor longest prompt, its documents and demonstrations counted."""
+
+import pytest
+from doubles import FixedRetriever, examples
+from dspy.utils import DummyLM
+
+from ragscale.optimizers.context import ContextWindowError, check_fits_context
+from ragscale.optimizers.metrics import em_metric
+from ragscale.optimizers.teleprompters import compile_program
+from ragscale.programs import DRAG, RAG, IterDRAG
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def test_context_check_names_the_predictor_the_estimate_and_the_window():
+    lm = DummyLM([])  # reserves its max_tokens, 1000, for the answer
+    long_document = "Title: " + "word " * 500
+    with pytest.raises(ContextWindowError, match=r"DRAG\.answer: .* estimated at \d+ tokens .* 2000 tokens"):
+        check_fits_context(
+            DRAG(FixedRetriever(), k=5),
+            lm,
+            question="Where?",
+            document=long_document,
+            count_tokens=words,
+            context_window=2000,
+        )
+
+
+def test_context_check_counts_demos_and_iterdrag_gathered_documents():
+    program = IterDRAG(FixedRetriever(), k=2, max_iterations=3)
+    estimates = check_fits_context(
+        program, None, question="Where?", document="Title: " + "word " * 100, count_tokens=words, context_window=10_000
+    )
+    assert estimates["synthesize"] > estimates["answer_sub"] + 3 * 2 * 100
+    compiled = compile_program(program, examples(), optimizer="labeled", metric=em_metric, max_demos=2)
+    with_demos = check_fits_context(
+        compiled, None, question="Where?", document="Title: " + "word " * 100, count_tokens=words, context_window=10_000
+    )
+    assert with_demos["synthesize"] > estimates["synthesize"]
+
+
+def test_context_check_before_compiling_counts_stand_in_demos_with_their_documents():
+    document = "Title: " + "word " * 100
+    bare = check_fits_context(
+        DRAG(FixedRetriever(), k=2),
+        None,
+        question="Where?",
+        document=document,
+        count_tokens=words,
+        context_window=10_000,
+    )
+    planned = check_fits_context(
+        DRAG(FixedRetriever(), k=2),
+        None,
+        question="Where?",
+        document=document,
+        count_tokens=words,
+        context_window=10_000,
+        max_demos=3,
+        max_docs_per_demo=2,
+    )
+    without_documents = check_fits_context(
+        RAG(FixedRetriever(), k=2),
+        None,
+        question="Where?",
+        document=document,
+        count_tokens=words,
+        context_window=10_000,
+        max_demos=3,
+        max_docs_per_demo=2,
+    )
+    assert planned["answer"] > bare["answer"] + 3 * 2 * 100
+    assert bare["answer"] < without_documents["answer"] < bare["answer"] + 3 * 100

@@ -1,0 +1,101 @@
+"""Demonstrations with their own documents (labeled), and the caps every compiled program is cut to."""
+
+import dspy
+import pytest
+from doubles import BEST, SECOND, FixedRetriever, examples, musique_example
+
+from ragscale.optimizers.demos import LabeledWithDocuments, cap_demos
+from ragscale.optimizers.metrics import em_metric
+from ragscale.optimizers.teleprompters import compile_program
+from ragscale.programs import DRAG, RAG, ClosedBook, IterDRAG
+from ragscale.programs.retrieval import format_passage
+
+
+def test_labeled_drag_demos_carry_their_documents_most_relevant_last_and_capped():
+    compiled = compile_program(
+        DRAG(FixedRetriever(), k=3),
+        examples(),
+        optimizer="labeled",
+        metric=em_metric,
+        max_demos=2,
+        max_docs_per_demo=2,
+    )
+    assert len(compiled.answer.demos) == 2
+    for demo in compiled.answer.demos:
+        assert demo.documents == [format_passage(SECOND), format_passage(BEST)]
+        assert demo.answer == {q.question: q.answers[0] for q in examples()}[demo.question]
+
+
+def test_labeled_rag_demos_are_question_answer_pairs_without_documents():
+    retriever = FixedRetriever()
+    compiled = compile_program(RAG(retriever, k=3), examples(), optimizer="labeled", metric=em_metric, max_demos=3)
+    assert len(compiled.answer.demos) == 3
+    assert all("documents" not in demo and demo.answer.startswith("City") for demo in compiled.answer.demos)
+    assert retriever.queries == []
+
+
+def test_labeled_closed_book_demos_are_question_answer_pairs():
+    compiled = compile_program(ClosedBook(), examples(), optimizer="labeled", metric=em_metric, max_demos=2)
+    assert [set(demo.keys()) for demo in compiled.answer.demos] == [{"question", "answer"}] * 2
+
+
+def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them():
+    compiled = LabeledWithDocuments(k=4, max_docs_per_demo=1).compile(
+        IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()]
+    )
+    steps = [(d.follow_ups, d.needs_follow_up, d.follow_up) for d in compiled.decompose.demos]
+    assert steps == [
+        ([], True, "Who wrote The Hobbit?"),
+        (["Q: Who wrote The Hobbit? A: Tolkien"], True, "Where was Tolkien born?"),
+        (["Q: Who wrote The Hobbit? A: Tolkien", "Q: Where was Tolkien born? A: Bloemfontein"], False, ""),
+    ]
+    assert [(d.sub_question, d.answer, d.documents) for d in compiled.answer_sub.demos] == [
+        ("Who wrote The Hobbit?", "Tolkien", [format_passage(BEST)]),
+        ("Where was Tolkien born?", "Bloemfontein", [format_passage(BEST)]),
+    ]
+    assert compiled.synthesize.demos[0].answer == "Bloemfontein"
+
+
+def test_labeled_iterdrag_without_decompositions_teaches_only_the_final_answer():
+    compiled = compile_program(
+        IterDRAG(FixedRetriever()), examples(), optimizer="labeled", metric=em_metric, max_demos=2
+    )
+    assert compiled.decompose.demos == [] and compiled.answer_sub.demos == []
+    assert len(compiled.synthesize.demos) == 2
+
+
+def test_labeled_final_answers_of_decomposition_and_rat_show_their_unlabeled_list_inputs_empty():
+    from ragscale.programs import PROGRAMS
+
+    recursive, rat = (
+        LabeledWithDocuments(k=2).compile(PROGRAMS[name](FixedRetriever()), trainset=examples())
+        for name in ("decompose-recursive", "rat")
+    )
+    assert recursive.decompose.demos == []
+    assert [(d.answered, len(d.documents)) for d in recursive.answer.demos] == [([], 3), ([], 3)]
+    assert rat.draft.demos == rat.write_query.demos == rat.revise.demos == []
+    assert [d.reasoning for d in rat.answer.demos] == [[], []]
+    assert {d.answer for d in rat.answer.demos} <= {f"City {i}" for i in range(5)}
+
+
+def test_cap_demos_keeps_the_last_documents_and_the_first_demos():
+    program = DRAG(FixedRetriever())
+    program.answer.demos = [dspy.Example(question=f"q{i}", documents=["d1", "d2", "d3"], answer="a") for i in range(3)]
+    cap_demos(program, max_demos=2, max_docs_per_demo=1)
+    assert [(d.question, d.documents) for d in program.answer.demos] == [("q0", ["d3"]), ("q1", ["d3"])]
+
+
+@pytest.mark.slow
+def test_labeled_drag_on_hotpotqa_with_bm25_puts_each_demo_questions_best_passage_last(shared_datasets):
+    from ragscale.data import build_corpus, load_split
+    from ragscale.programs.retrieval import BM25Retriever
+
+    train = load_split("hotpotqa", "train", shared_datasets)[:6]
+    retriever = BM25Retriever(build_corpus(train))
+    compiled = compile_program(
+        DRAG(retriever, k=4), train, optimizer="labeled", metric=em_metric, max_demos=3, max_docs_per_demo=2
+    )
+    assert len(compiled.answer.demos) == 3
+    for demo in compiled.answer.demos:
+        ranked = retriever(demo.question, 4)
+        assert demo.documents == [format_passage(ranked[1]), format_passage(ranked[0])]
