@@ -42,34 +42,14 @@ def test_context_check_counts_demos_and_iterdrag_gathered_documents():
 
 
 def test_context_check_before_compiling_counts_stand_in_demos_with_their_documents():
-    document = "Title: " + "word " * 100
-    bare = check_fits_context(
-        DRAG(FixedRetriever(), k=2),
-        None,
-        question="Where?",
-        document=document,
-        count_tokens=words,
-        context_window=10_000,
-    )
-    planned = check_fits_context(
-        DRAG(FixedRetriever(), k=2),
-        None,
-        question="Where?",
-        document=document,
-        count_tokens=words,
-        context_window=10_000,
-        max_demos=3,
-        max_docs_per_demo=2,
-    )
-    without_documents = check_fits_context(
-        RAG(FixedRetriever(), k=2),
-        None,
-        question="Where?",
-        document=document,
-        count_tokens=words,
-        context_window=10_000,
-        max_demos=3,
-        max_docs_per_demo=2,
-    )
+    def estimate(program, **demos):
+        document = "Title: " + "word " * 100
+        return check_fits_context(
+            program, None, question="Where?", document=document, count_tokens=words, context_window=10_000, **demos
+        )
+
+    bare = estimate(DRAG(FixedRetriever(), k=2))
+    planned = estimate(DRAG(FixedRetriever(), k=2), max_demos=3, max_docs_per_demo=2)
+    without_documents = estimate(RAG(FixedRetriever(), k=2), max_demos=3, max_docs_per_demo=2)
     assert planned["answer"] > bare["answer"] + 3 * 2 * 100
     assert bare["answer"] < without_documents["answer"] < bare["answer"] + 3 * 100

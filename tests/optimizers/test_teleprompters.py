@@ -158,13 +158,6 @@ def test_a_saved_program_reloads_to_the_same_demos_and_predictions(tmp_path):
     assert lm.history[0]["messages"] == lm.history[1]["messages"]
 
 
-def _has_optuna() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("optuna") is not None
-
-
-@pytest.mark.skipif(not _has_optuna(), reason="mipro needs optuna (DSPy's optional dependency)")
 def test_mipro_light_compiles_drag_with_a_scripted_lm():
     proposals = {"observations": "o", "summary": "s", "program_description": "p", "module_description": "m"}
     lm = DummyLM([{"answer": "City 1", "proposed_instruction": "Answer in two words.", **proposals}] * 2000)
@@ -184,8 +177,11 @@ def test_mipro_light_compiles_drag_with_a_scripted_lm():
     assert any("`observations`" in prompt for prompt in system_prompts)  # MIPRO's data-aware proposer ran
 
 
-@pytest.mark.skipif(_has_optuna(), reason="optuna is installed")
-def test_mipro_without_optuna_fails_before_any_work_with_an_install_hint():
+def test_mipro_without_optuna_fails_before_any_work_with_an_install_hint(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "optuna" else find_spec(name, *a))
     lm = DummyLM([])
     with pytest.raises(ImportError, match="pip install 'optuna"):
         compile_program(DRAG(FixedRetriever()), examples(), optimizer="mipro", metric=em_metric, max_demos=2, lm=lm)

@@ -12,6 +12,8 @@ demonstrations, the real FieldAdapter).
 """
 
 import json
+import shutil
+import sqlite3
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -35,11 +37,15 @@ N_ITERATIONS_SCRIPTED = 2  # the scripted decomposer asks this many follow-ups, 
 
 
 class TokenizerEngine:
-    """Renders and counts like `TorchEngine` (SmolLM2's chat template and tokenizer), answers from a script."""
+    """Renders and counts like `TorchEngine` (SmolLM2's chat template and tokenizer), answers from a script.
 
-    def __init__(self, tokenizer):
+    The script's reader answers a question with its gold answer when that answer is in the prompt's documents
+    (``golds``: question -> answer), else "1990": more documents answer more questions, as with a real reader.
+    """
+
+    def __init__(self, tokenizer, golds: dict[str, str] | None = None):
         self.tokenizer, self._tok_lock, self.context_window = tokenizer, threading.Lock(), 8192
-        self.calls = 0
+        self.golds, self.calls = golds or {}, 0
 
     def render_messages(self, messages):
         return render_chat(self.tokenizer, messages)
@@ -57,7 +63,9 @@ class TokenizerEngine:
         elif tail.startswith("follow_up"):
             text = f" Which year is meant in step {prompt.count('Q: Which') + 1}?"
         else:
-            text = " 1990"
+            asked = prompt.rsplit("question: ", 1)[-1]
+            seen = [gold for question, gold in self.golds.items() if asked.startswith(question) and gold in prompt]
+            text = f" {seen[0]}" if seen else " 1990"
         return Response(
             id=None,
             model="scripted-smollm2",
@@ -77,8 +85,9 @@ def smollm2_tokenizer():
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
-def scripted_lm(tokenizer) -> MeteredLM:
-    engine = TokenizerEngine(tokenizer)
+def scripted_lm(tokenizer, examples=None) -> MeteredLM:
+    golds = {ex.question: ex.answers[0] for ex in examples[1]} if examples else None
+    engine = TokenizerEngine(tokenizer, golds)
     return MeteredLM("local/scripted", engine=engine, cache=False, num_retries=0, context_window=8192)
 
 
@@ -108,13 +117,24 @@ GRID = Grid(methods=("rag", "drag", "iterdrag"), docs=(1, 3), shots=(0, 2), iter
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory, smollm2_tokenizer, examples):
+    """One sweep, shared by the tests that read it; a test that reruns it works on a copy (``copy_runs``)."""
     runs_dir = tmp_path_factory.mktemp("sweep") / "runs"
-    lm = scripted_lm(smollm2_tokenizer)
+    lm = scripted_lm(smollm2_tokenizer, examples)
     reports: list[str] = []
     result = run_sweep(
         GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED, report=reports.append
     )
     return result, reports, runs_dir
+
+
+def copy_runs(runs_dir: Path, to: Path) -> Path:
+    """A copy of a runs directory that refers to itself: its MLflow store's artifact locations point into it."""
+    copied = shutil.copytree(runs_dir, to / "runs")
+    with sqlite3.connect(copied / "mlflow.db") as db:
+        old, new = runs_dir.resolve().as_uri(), copied.resolve().as_uri()
+        db.execute("UPDATE experiments SET artifact_location = replace(artifact_location, ?, ?)", (old, new))
+        db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)", (old, new))
+    return copied
 
 
 def test_the_grid_has_iterations_for_iterdrag_only_and_closed_book_baselines():
@@ -191,9 +211,10 @@ def test_on_a_real_small_run_estimates_are_a_floor_or_a_bound_until_calibrated_t
 
 
 def test_the_plan_says_which_estimates_are_bounds_and_a_rerun_plan_that_they_are_calibrated(
-    swept, smollm2_tokenizer, examples
+    swept, smollm2_tokenizer, examples, tmp_path
 ):
-    _, reports, runs_dir = swept
+    _, reports, shared_runs = swept
+    runs_dir = copy_runs(shared_runs, tmp_path)
     first_plan = next(text for text in reports if text.startswith("| configuration"))
     assert "| iterdrag k=1 m=0 n=3 | " in first_plan
     assert {line.split(" | ")[2] for line in first_plan.splitlines() if line.startswith("| iterdrag")} == {"bound"}
@@ -216,17 +237,19 @@ def test_each_configuration_is_a_child_run_of_the_sweep_run(swept):
     assert client.get_run(result.parent_run_id).data.tags[tracking.RUN_KIND_TAG] == "sweep"
 
 
-def test_a_rerun_of_a_finished_sweep_runs_no_configuration(swept, smollm2_tokenizer, examples):
-    result, _, runs_dir = swept
+def test_a_rerun_of_a_finished_sweep_runs_no_configuration(swept, smollm2_tokenizer, examples, tmp_path):
+    result, _, shared_runs = swept
+    runs_dir = copy_runs(shared_runs, tmp_path)
     lm = scripted_lm(smollm2_tokenizer)
     again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
     assert again.ran == [] and lm.engine.calls == 0
     assert {r["key"] for r in again.rows} == {r["key"] for r in result.rows}
 
 
-def test_the_ledger_is_not_needed_to_resume_the_mlflow_runs_are_enough(swept, smollm2_tokenizer, examples):
-    result, _, runs_dir = swept
-    (result.sweep_dir / LEDGER).unlink()
+def test_the_ledger_is_not_needed_to_resume_the_mlflow_runs_are_enough(swept, smollm2_tokenizer, examples, tmp_path):
+    result, _, shared_runs = swept
+    runs_dir = copy_runs(shared_runs, tmp_path)
+    (runs_dir / result.sweep_dir.relative_to(shared_runs.resolve()) / LEDGER).unlink()
     lm = scripted_lm(smollm2_tokenizer)
     again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
     assert again.ran == [] and lm.engine.calls == 0
@@ -241,10 +264,16 @@ def test_the_plot_is_written_and_logged_to_mlflow(swept):
 
 def test_the_table_has_the_best_configuration_per_method_and_overall_within_each_budget(swept):
     result, _, _ = swept
+    measured = {r["acc"] for r in result.rows}
+    assert len(measured) > 1, "the scripted reader must be right on some configurations and wrong on others"
     for budget in GRID.budgets:
+        within = [r for r in result.rows if r[EFFECTIVE_CONTEXT] <= budget]
         entries = [r for r in result.table if r["budget"] == budget]
         best = next(r for r in entries if r["method"] == "best")
-        assert best["acc"] == max(r["acc"] for r in entries)
+        assert best["acc"] == max(r["acc"] for r in within)
+        for method in {r["method"] for r in within}:
+            (entry,) = [r for r in entries if r["method"] == method]
+            assert entry["acc"] == max(r["acc"] for r in within if r["method"] == method)
         assert all(r[EFFECTIVE_CONTEXT] <= budget for r in entries)
 
 
