@@ -56,7 +56,6 @@ class BM25Retriever:
         self.key = corpus_key(self.passages, "bm25", TOKENIZER_VERSION)
         self.path = Path(index_dir) / "bm25" / f"{self.key}.json" if index_dir is not None else None
         tokens = self._load_tokens()
-        self.loaded_from_disk = tokens is not None
         if tokens is None:
             tokens = [tokenize(f"{p.title} {p.text}") for p in self.passages]
             self._save_tokens(tokens)

@@ -85,7 +85,6 @@ class DenseRetriever:
             metadata={"embedder": self.embedder.name, "passages": len(self.passages)},
             embedding_function=None,
         )
-        self.embedded_last_build = 0
         if build:
             self.build()
 
@@ -125,7 +124,6 @@ class DenseRetriever:
             )
             if progress is not None:
                 progress(start + len(batch), total)
-        self.embedded_last_build = total
         if total:
             logger.info("indexed %d passages in %.1f s", total, time.perf_counter() - started)
         return total
