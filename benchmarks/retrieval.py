@@ -11,8 +11,8 @@ time is excluded from the build), so both rates see the same load on a shared ma
 ``embed`` during the build is recorded too (``index_embed_share``). BM25 build covers tokenising, BM25Okapi
 and writing the JSON; BM25 load is reopening that JSON. Query latency is wall time of one
 ``retriever(question, 20)`` call (dense: query embedding + chromadb query; hybrid: both sides + RRF). Torch
-runs on one thread by default (``--threads``): on a shared 2-core machine two intra-op threads made a single
-query embedding ~10x slower (296 ms vs 24 ms) whenever other processes held the cores.
+runs on one thread by default (``--threads``): on a shared machine of few cores, intra-op threads that wait for
+cores other processes hold make a single query embedding many times slower.
 
     python benchmarks/retrieval.py --dataset hotpotqa [--eval-file FILE] [--limit N] [--json FILE]
 """

@@ -189,6 +189,7 @@ class ContextEstimator:
             )
         ] or [Passage(id="pool-0", title="", text="")]
         self.stand_ins = StandIns(retriever, pool)
+        self._programs: dict[tuple[Point, int | None], Any] = {}
         self._tokens: dict[str, int] = {}
         self._asked: dict[str, list[tuple[str, str]]] = {}  # question id -> (sub-question, sub-answer) seen asked
 
@@ -220,25 +221,27 @@ class ContextEstimator:
 
     def program(self, point: Point, docs_per_demo: int | None = None):
         """The point's program over the stand-in retriever, with the demonstrations the ``labeled`` teleprompter
-        gives it (``docs_per_demo`` documents each, by default the point's k)."""
+        gives it (``docs_per_demo`` documents each, by default the point's k); built once per point."""
         from ragscale.optimizers.metrics import em_metric
         from ragscale.optimizers.teleprompters import compile_program
         from ragscale.programs import build_program
 
-        k = max(point.docs, 1)
-        program = build_program(point.method, self.stand_ins, k=k, max_iterations=max(point.iterations, 1))
-        if not point.shots or not self.train:
-            return program
-        per_demo = point.docs if docs_per_demo is None else docs_per_demo
-        return compile_program(
-            program,
-            self.train,
-            optimizer="labeled",
-            metric=em_metric,
-            max_demos=point.shots,
-            max_docs_per_demo=per_demo,
-            seed=self.seed,
-        )
+        if (point, docs_per_demo) not in self._programs:
+            k = max(point.docs, 1)
+            program = build_program(point.method, self.stand_ins, k=k, max_iterations=max(point.iterations, 1))
+            if point.shots and self.train:
+                per_demo = point.docs if docs_per_demo is None else docs_per_demo
+                program = compile_program(
+                    program,
+                    self.train,
+                    optimizer="labeled",
+                    metric=em_metric,
+                    max_demos=point.shots,
+                    max_docs_per_demo=per_demo,
+                    seed=self.seed,
+                )
+            self._programs[point, docs_per_demo] = program
+        return self._programs[point, docs_per_demo]
 
     def paths(self, point: Point, docs_per_demo: int | None = None) -> list[list[Calls]]:
         """Per sample question, the calls of each path the program can take: one for a single-step method; for

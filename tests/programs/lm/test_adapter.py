@@ -191,6 +191,24 @@ def test_outputs_are_generated_in_order_each_call_continuing_the_assistant_turn(
     assert first_config.max_tokens <= 8
 
 
+def test_requests_lists_the_messages_a_call_sends_for_given_replies_without_calling_the_lm():
+    pred, engine = predict(
+        Decompose, [" yes", " Who directed Jaws?"], question="When was the director of Jaws born?", follow_ups=[]
+    )
+    lm, unused = scripted()
+    outputs = {"needs_follow_up": pred.needs_follow_up, "follow_up": pred.follow_up}
+    inputs = {"question": "When was the director of Jaws born?", "follow_ups": []}
+    requests = FieldAdapter().requests(lm, Decompose, [], inputs, outputs)
+    assert requests == [messages for messages, _ in engine.requests]  # what the real call sent, field by field
+    assert unused.requests == []
+
+
+def test_requests_refuses_replies_the_adapter_would_ask_again_for():
+    lm, _ = scripted()
+    with pytest.raises(ValueError, match="would ask again"):
+        FieldAdapter().requests(lm, Answer, [], {"documents": [], "question": "Who?"}, {"answer": ""})
+
+
 def test_demos_are_rendered_as_turns_in_the_same_format_as_the_real_turn():
     demo = dspy.Example(
         documents=["Jaws: a 1975 film by Steven Spielberg."], question="Who directed Jaws?", answer="Steven Spielberg"
