@@ -21,6 +21,9 @@ from ragscale.optimizers.metrics import gold_answers
 from ragscale.programs.lm.coerce import is_list
 from ragscale.programs.retrieval import format_passage, most_relevant_last
 
+NO_FOLLOW_UP = "none"
+"""What a labeled decomposition step writes when the follow-ups answered so far are enough (IterDRAG stops)."""
+
 
 def demo_documents(student: dspy.Module, query: str, max_docs: int) -> list[str] | None:
     """The documents a demonstration for ``query`` carries: the student's own retrieval (its ``k``), most
@@ -40,9 +43,10 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
     AnswerClosedBook and Synthesize. An example with a decomposition (MuSiQue's ``question_decomposition``;
     "#1" in a step is replaced by step 1's answer) also offers, per step, a Decompose demonstration (follow-ups
     so far -> that step's question), an AnswerSub one (documents retrieved for the step -> its answer), and a
-    last Decompose one saying no follow-up is needed. Without a decomposition IterDRAG's decompose and
-    answer_sub get no labeled demonstrations: only its final synthesize does. A relevance-labelled passage
-    (``ragscale.optimizers.graders.grade_examples``: question, document, grade) offers itself, a Grade demo.
+    last Decompose one saying no follow-up is needed ("none", ``NO_FOLLOW_UP``). Without a decomposition
+    IterDRAG's decompose and answer_sub get no labeled demonstrations: only its final synthesize does. A
+    relevance-labelled passage (``ragscale.optimizers.graders.grade_examples``: question, document, grade) offers
+    itself, a Grade demo.
     """
     if "grade" in example:
         return [dict(question=example.question, document=example.document, grade=example.grade)]
@@ -58,12 +62,10 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
         dict(question=example.question, documents=documents(example.question), follow_ups=follow_ups, answer=answer)
     ]
     for index, (sub_question, sub_answer) in enumerate(steps):
-        offered.append(
-            dict(question=example.question, follow_ups=follow_ups[:index], needs_follow_up=True, follow_up=sub_question)
-        )
+        offered.append(dict(question=example.question, follow_ups=follow_ups[:index], follow_up=sub_question))
         offered.append(dict(sub_question=sub_question, documents=documents(sub_question), answer=sub_answer))
     if steps:
-        offered.append(dict(question=example.question, follow_ups=follow_ups, needs_follow_up=False, follow_up=""))
+        offered.append(dict(question=example.question, follow_ups=follow_ups, follow_up=NO_FOLLOW_UP))
     return [{name: value for name, value in fields.items() if value is not None} for fields in offered]
 
 

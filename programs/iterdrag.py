@@ -5,13 +5,18 @@ retrieved for the question; then, up to n times, the model writes a sub-query, d
 and an intermediate answer is generated; when the model judges that no further sub-query is needed, it gives
 the final answer from the question, the sub-queries with their answers and every document retrieved so far.
 Demonstrations carry their documents as in DRAG. In DSPy the three kinds of generation are three predictors:
-``self.decompose`` (Decompose: next follow-up or none), ``self.answer_sub`` (AnswerSub over the sub-query's
-k documents) and ``self.synthesize`` (Synthesize over every gathered document, deduplicated, ordered by the
-best rank each reached, most relevant last). The loop also ends on a follow-up already asked (or the question
-itself) and on an unreadable decomposition; the prediction's ``stop`` says why it ended.
+``self.decompose`` (Decompose), ``self.answer_sub`` (AnswerSub over the sub-query's k documents) and
+``self.synthesize`` (Synthesize over every gathered document, deduplicated, ordered by the best rank each reached,
+most relevant last).
+
+As in the paper's self-ask form, a decomposition step writes the next follow-up question first, and writing
+"none" is how the model says the follow-ups answered so far are enough: asking is the path the model takes, not a
+yes/no gate it must pass before any sub-question exists. The loop also ends on a follow-up already asked (or the
+question itself) and on an unreadable decomposition; the prediction's ``stop`` says why it ended.
 """
 
 import logging
+import re
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -22,9 +27,18 @@ from ragscale.signatures import AnswerSub, Decompose, Synthesize
 logger = logging.getLogger(__name__)
 
 
+NO_FOLLOW_UP = re.compile(r"(none|no|n/a|no (more |further )?follow[- ]?ups?( (are |is )?needed)?)", re.IGNORECASE)
+"""What a decomposition step writes when no follow-up is needed."""
+
+
 def same_question(text: str) -> str:
     """A question's key for spotting repeats: lower case, no surrounding punctuation, single spaces."""
     return " ".join(text.lower().strip(" ?.").split())
+
+
+def no_follow_up(text: str) -> bool:
+    """Whether a decomposition step's text says that no follow-up is needed (empty, or "none" and the like)."""
+    return not text.strip() or NO_FOLLOW_UP.fullmatch(text.strip(" .!\"'`*")) is not None
 
 
 class IterDRAG(dspy.Module):
@@ -54,7 +68,7 @@ class IterDRAG(dspy.Module):
                 stop = "unreadable_follow_up"
                 break
             sub_question = (step.follow_up or "").strip()
-            if not step.needs_follow_up or not sub_question:
+            if no_follow_up(sub_question):
                 stop = "no_follow_up"
                 break
             if same_question(sub_question) in {same_question(q) for q in [question, *sub_questions]}:

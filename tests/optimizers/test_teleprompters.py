@@ -15,10 +15,7 @@ from ragscale.programs.retrieval import format_passage
 def answering(right: bool = True) -> DummyLM:
     """A DummyLM that answers every training question (rightly or not) and needs no follow-up."""
     return DummyLM(
-        {
-            ex.question: {"needs_follow_up": False, "follow_up": "", "answer": ex.answers[0] if right else "Nowhere"}
-            for ex in examples()
-        }
+        {ex.question: {"follow_up": "none", "answer": ex.answers[0] if right else "Nowhere"} for ex in examples()}
     )
 
 
@@ -121,7 +118,7 @@ def test_bootstrap_compiles_iterdrag():
         lm=answering(right=True),
         adapter=dspy.ChatAdapter(),
     )
-    assert [d.needs_follow_up for d in compiled.decompose.demos] == [False, False]
+    assert [d.follow_up for d in compiled.decompose.demos] == ["none", "none"]
     assert all(len(d.documents) == 1 for d in compiled.synthesize.demos)
     assert len(compiled.synthesize.demos) == 2
 
@@ -197,4 +194,4 @@ def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):
     for name in ("decompose", "answer_sub", "synthesize"):
         saved = [demo.toDict() for demo in getattr(compiled, name).demos]
         assert getattr(reloaded, name).demos == saved and saved
-    assert [d["needs_follow_up"] for d in reloaded.decompose.demos] == [True, True, False]
+    assert [d["follow_up"] for d in reloaded.decompose.demos][-1] == "none"

@@ -7,6 +7,7 @@ import pytest
 from dspy.utils import DummyLM
 
 from ragscale.programs import DRAG, PROGRAMS, RAG, ClosedBook, IterDRAG, build_program
+from ragscale.programs.iterdrag import no_follow_up
 from ragscale.programs.retrieval import Passage, format_passage
 
 
@@ -62,9 +63,9 @@ def test_rag_and_drag_put_the_most_relevant_document_last_and_report_passages(cl
 def test_iterdrag_stops_when_the_model_says_no_follow_up_is_needed():
     lm = DummyLM(
         [
-            {"needs_follow_up": True, "follow_up": "Who wrote The Hobbit?"},
+            {"follow_up": "Who wrote The Hobbit?"},
             {"answer": "Tolkien"},
-            {"needs_follow_up": False, "follow_up": ""},
+            {"follow_up": "none"},
             {"answer": "J. R. R. Tolkien"},
         ]
     )
@@ -79,9 +80,9 @@ def test_iterdrag_stops_when_the_model_says_no_follow_up_is_needed():
 def test_iterdrag_stops_at_max_iterations_and_still_synthesizes():
     lm = DummyLM(
         [
-            {"needs_follow_up": True, "follow_up": "First?"},
+            {"follow_up": "First?"},
             {"answer": "one"},
-            {"needs_follow_up": True, "follow_up": "Second?"},
+            {"follow_up": "Second?"},
             {"answer": "two"},
             {"answer": "final"},
         ]
@@ -98,9 +99,9 @@ def test_iterdrag_stops_at_max_iterations_and_still_synthesizes():
 def test_iterdrag_stops_when_the_model_repeats_a_follow_up():
     lm = DummyLM(
         [
-            {"needs_follow_up": True, "follow_up": "Who wrote it first?"},
+            {"follow_up": "Who wrote it first?"},
             {"answer": "Tolkien"},
-            {"needs_follow_up": True, "follow_up": "who wrote it first"},
+            {"follow_up": "who wrote it first"},
             {"answer": "Tolkien"},
         ]
     )
@@ -124,9 +125,9 @@ def test_iterdrag_gathers_every_retrieval_without_repeats_most_relevant_last():
     retriever = TableRetriever([a, b], {"Sub?": [c, a, d]})
     lm = DummyLM(
         [
-            {"needs_follow_up": True, "follow_up": "Sub?"},
+            {"follow_up": "Sub?"},
             {"answer": "x"},
-            {"needs_follow_up": False, "follow_up": ""},
+            {"follow_up": "none"},
             {"answer": "y"},
         ]
     )
@@ -161,3 +162,13 @@ def test_build_program_gives_iterdrag_its_iterations_and_names_the_valid_methods
     assert build_program("iterdrag", None, k=2, max_iterations=5).max_iterations == 5
     with pytest.raises(ValueError, match=r"unknown method 'ragg'.*closed-book.*self-rag"):
         build_program("ragg")
+
+
+@pytest.mark.parametrize("text", ["none", "None.", "", "No follow-up needed", "no further follow-ups", "N/A"])
+def test_a_decomposition_that_writes_none_ends_the_loop(text):
+    assert no_follow_up(text)
+
+
+@pytest.mark.parametrize("text", ["Who wrote None of the Above?", "Nobody?", "Which novel did he write?"])
+def test_a_follow_up_question_is_not_read_as_none(text):
+    assert not no_follow_up(text)

@@ -12,7 +12,7 @@ import pytest
 
 from ragscale.programs.lm.adapter import FieldAdapter
 from ragscale.programs.lm.coerce import FieldParseError
-from ragscale.signatures import Answer, Decompose, Grade
+from ragscale.signatures import Answer, Grade
 
 
 class ScriptedEngine:
@@ -61,6 +61,15 @@ class Judge(dspy.Signature):
 
     claim: str = dspy.InputField()
     supported: bool = dspy.OutputField()
+
+
+class Decompose(dspy.Signature):
+    """Break a complex question into follow-up questions: a yes/no step decision, then the follow-up."""
+
+    question: str = dspy.InputField()
+    follow_ups: list[str] = dspy.InputField(desc="follow-up questions answered so far, each with its answer")
+    needs_follow_up: bool = dspy.OutputField(desc="yes if another follow-up question is needed, else no")
+    follow_up: str = dspy.OutputField(desc="the next follow-up question, or empty if none is needed")
 
 
 class Pick(dspy.Signature):
