@@ -123,7 +123,7 @@ def measure(rows: list[dict], *, distractors: int, threads: int, show: Callable[
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m", help="load_lm name: a preset, a model path, openai/<m>")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="load_lm name: preset, model path, openai/<m>")
     parser.add_argument("--api-base", default=None, help="OpenAI-compatible server URL for an openai/<model>")
     parser.add_argument("--limit", type=int, default=100, help="number of dev questions")
     parser.add_argument("--data", type=Path, default=DEFAULT_DEV, help="HotpotQA dev JSONL")

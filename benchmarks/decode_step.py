@@ -43,7 +43,7 @@ def step_ms(model, prefix, rows: int, length: int, steps: int) -> float:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m", help="preset, model directory or .gguf file")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="preset, model directory or .gguf file")
     parser.add_argument("--lengths", default="160,1600", help="comma-separated KV cache lengths")
     parser.add_argument("--steps", type=int, default=12, help="decode steps timed per row count")
     parser.add_argument("--layouts", default="packed,dense", help="comma-separated weight layouts: packed, dense")

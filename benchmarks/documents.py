@@ -71,7 +71,7 @@ def answer_rank(passages: list, chunks: dict, question: dict) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lm", default="smollm2-135m")
+    parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
     parser.add_argument("--api-base", dest="api_base")
     parser.add_argument("--adapter", default="field", choices=("field", "chat", "json"))
     parser.add_argument("--limit", type=int, default=None, help="first N questions (default: all)")

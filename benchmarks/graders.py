@@ -1,6 +1,6 @@
 """How well does the Grade predictor of CRAG and Self-RAG judge passages, before and after compiling on labels?
 
-    python benchmarks/graders.py [--lm smollm2-135m] [--limit 50] [--train-limit 32]
+    python benchmarks/graders.py [--lm qwen2.5-coder-0.5b] [--limit 50] [--train-limit 32]
                                  [--optimizers none,labeled,bootstrap] [--max-demos 4] [--json FILE]
 
 The labels come from the data: for each question, one supporting paragraph ("relevant") and one other paragraph
@@ -51,7 +51,7 @@ def score(grader, examples, threads: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lm", default="smollm2-135m")
+    parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
     parser.add_argument("--limit", type=int, default=50, help="dev questions (two labelled passages each)")
     parser.add_argument("--train-limit", type=int, default=32, help="train questions the teleprompter sees")
     parser.add_argument("--optimizers", default="none,labeled,bootstrap")

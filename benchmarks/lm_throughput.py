@@ -131,7 +131,7 @@ def bound_speedup(one: dict, eight: dict) -> float:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m", help="preset, model directory or .gguf file")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="preset, model directory or .gguf file")
     parser.add_argument("--limit", type=int, default=16, help="questions per questions-per-minute measurement")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--torch-threads", type=int, help="torch intra-op threads (1 is faster on a loaded machine)")

@@ -1,6 +1,7 @@
 """Every registered method on the same HotpotQA dev questions, uncompiled and compiled: the methods table.
 
-    python benchmarks/methods.py [--limit 50] [--lm smollm2-135m] [--methods rag,crag] [--optimizers none,bootstrap]
+    python benchmarks/methods.py [--limit 50] [--lm qwen2.5-coder-0.5b] [--methods rag,crag]
+                                 [--optimizers none,bootstrap]
                                  [--out-dir runs/methods-benchmark] [--json FILE]
 
 For each method x optimizer it runs `run_experiment` (the same runner as `ragscale run`: hybrid retrieval over
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=50, help="HotpotQA dev questions (default 50)")
     parser.add_argument("--train-limit", type=int, default=16, help="train questions the teleprompter sees")
-    parser.add_argument("--lm", default="smollm2-135m")
+    parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
     parser.add_argument("--methods", default=",".join(PROGRAMS), help="comma-separated (default: all)")
     parser.add_argument("--optimizers", default="none,bootstrap")
     parser.add_argument("--threads", type=int, default=8)

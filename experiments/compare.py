@@ -4,7 +4,8 @@ Each run's per-question EM and F1 (from its `predictions.jsonl` artifact) are pa
 question id; the CI is the percentile interval of the mean difference over `resamples` resamples of the paired
 questions, drawn with a seeded generator (the same runs give the same table). Differences are in percentage
 points. The baseline is a given run (`--baseline RUN`: an id, a unique id prefix or a run name) or, per dataset,
-the latest closed-book run with the same LM (else any LM), else the dataset's first run.
+the latest closed-book run with the same LM (else any LM), else the dataset's first run. Each row also shows the
+method's defining behaviour (``behaviour.<name>`` metrics: IterDRAG's follow-ups, Self-RAG's retrieval rate, ...).
 """
 
 from __future__ import annotations
@@ -139,6 +140,22 @@ def default_baseline(runs: Sequence[RunResult], run: RunResult) -> RunResult | N
     return min(same_data, key=lambda r: r.start_time) if same_data else None
 
 
+def behaviour_of(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The run's behaviour values (its ``behaviour.<name>`` metrics) by name; ``{}`` for a method without one."""
+    return {name.split(".", 1)[1]: value for name, value in sorted(metrics.items()) if name.startswith("behaviour.")}
+
+
+def format_behaviour(behaviour: Mapping[str, float]) -> str:
+    """``name value`` pairs, rates as percentages; "none" for a method without a defining step."""
+    if not behaviour:
+        return "none"
+    shown = []
+    for name, value in behaviour.items():
+        is_rate = name.endswith("_rate") or name.startswith("graded_")
+        shown.append(f"{name} {100 * value:.0f}%" if is_rate else f"{name} {value:.2f}")
+    return ", ".join(shown)
+
+
 def compare_runs(
     runs: Sequence[RunResult],
     *,
@@ -171,6 +188,7 @@ def compare_runs(
                 "em": sum(run.em.values()) / len(run.em) if run.em else 0.0,
                 "f1": sum(run.f1.values()) / len(run.f1) if run.f1 else 0.0,
                 EFFECTIVE_CONTEXT: run.metrics.get(EFFECTIVE_CONTEXT),
+                "behaviour": behaviour_of(run.metrics),
                 "baseline_run_id": base.run_id if base is not None else None,
                 "is_baseline": is_base,
                 "em_diff": None
@@ -207,6 +225,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         "dEM [95% CI]",
         "dF1 [95% CI]",
         "tokens/q",
+        "behaviour",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
@@ -223,6 +242,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
             _ci(row["em_diff"], row["is_baseline"]),
             _ci(row["f1_diff"], row["is_baseline"]),
             "" if tokens is None else f"{tokens:.0f}",
+            format_behaviour(row["behaviour"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

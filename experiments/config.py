@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ragscale.programs.lm.models import DEFAULT_LM
+
 
 class ConfigError(ValueError):
     """A run configuration that cannot run: names the field, the value and the valid choices."""
@@ -28,6 +30,8 @@ def _choices(kind: str, value: str, valid) -> None:
 class RunConfig:
     """One run: compile `method` with `optimizer` on the train split of `dataset`, evaluate on its dev split.
 
+    `lm` answers; `teacher` (an LM name, bootstrap-family optimizers only) writes the traces `lm` learns from.
+
     Paths are made absolute on construction (relative ones are taken from the current directory), so the params
     logged to MLflow point at the same files wherever the run is inspected from.
     """
@@ -35,7 +39,8 @@ class RunConfig:
     method: str
     dataset: str
     optimizer: str = "none"
-    lm: str = "smollm2-135m"
+    lm: str = DEFAULT_LM
+    teacher: str | None = None
     api_base: str | None = None
     adapter: str = "field"
     max_tokens: int = 256
@@ -76,6 +81,14 @@ class RunConfig:
         _choices("metric", self.metric, METRICS)
         if not isinstance(self.lm, str) or not self.lm:
             raise ConfigError(f"lm must be a non-empty name or path, got {self.lm!r}")
+        if self.teacher is not None:
+            from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
+
+            if self.optimizer not in TEACHER_OPTIMIZERS:
+                raise ConfigError(
+                    f"teacher {self.teacher!r} needs an optimizer that runs a teacher program "
+                    f"({', '.join(TEACHER_OPTIMIZERS)}), got optimizer {self.optimizer!r}"
+                )
         if not isinstance(self.cache, bool):
             raise ConfigError(f"cache must be true or false, got {self.cache!r}")
         for name, low in (

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ragscale.experiments.cli import prepare_process
+from ragscale.programs.lm.models import DEFAULT_LM
 
 DEMO_RUNS = (("closed-book", "none"), ("rag", "none"), ("drag", "bootstrap"), ("iterdrag", "bootstrap"))
 
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ragscale-demo", description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=30, help="HotpotQA dev questions to evaluate (default 30)")
     parser.add_argument("--train-limit", type=int, default=16, help="train questions the teleprompter sees")
-    parser.add_argument("--lm", default="smollm2-135m", help="preset, local path or openai/<model>")
+    parser.add_argument("--lm", default=DEFAULT_LM, help="preset, local path or openai/<model>")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
     parser.add_argument("--threads", type=int, default=8)
     args = parser.parse_args(argv)

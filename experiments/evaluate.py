@@ -11,7 +11,11 @@ em, f1, acc, retrieval_recall (all four in percent; recall is None for a program
 question has supporting titles), lm_calls_per_question, ``EFFECTIVE_CONTEXT`` (the mean effective context: all
 input tokens of all LM calls of a question; the same name in the MLflow metrics, ``compare`` and the sweep's
 ledger), output_tokens_per_question, questions_per_minute and eval_s (evaluation only), compile_s (the
-teleprompter alone), wall_s (the whole run: loading, indexing, compiling, evaluating), mlflow_run_id.
+teleprompter alone) with compile_lm_calls, compile_input_tokens and compile_output_tokens (the calls compiling
+made, the teacher's included: never part of the per-question figures), wall_s (the whole run: loading, indexing,
+compiling, evaluating), behaviour (``{name: mean}`` of the method's defining step per question, see
+``ragscale.programs.behaviour``: rates 0-1, counts per question; ``{}`` for closed-book, RAG and DRAG),
+mlflow_run_id.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ EFFECTIVE_CONTEXT = "effective_context_tokens_per_question"
 SUMMARY_KEYS = (
     "method", "dataset", "optimizer", "lm", "n", "failed", "em", "f1", "acc", "retrieval_recall",
     "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question", "questions_per_minute", "eval_s",
-    "compile_s", "wall_s", "mlflow_run_id",
+    "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens", "wall_s", "behaviour",
+    "mlflow_run_id",
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
@@ -59,8 +64,9 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
 
     The record: id, question, prediction, answers, em, f1, acc, retrieval_recall (None when the question has no
     supporting titles or the program does not retrieve: `retrieves` False), lm_calls, input_tokens, output_tokens,
-    latency_s, passage_ids, passage_titles, sub_questions and intermediate_answers (IterDRAG, else empty), error
-    (None, or "Type: message").
+    latency_s, passage_ids, passage_titles, sub_questions and intermediate_answers (IterDRAG, else empty),
+    behaviour (the method's defining step on this question: ``program.behaviour``, ``{}`` for a failed question or
+    a program without one), error (None, or "Type: message").
     """
     import dspy
 
@@ -83,6 +89,7 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
     latency = time.perf_counter() - start
     titles, ids = _titles_and_ids(getattr(pred, "passages", None) if pred is not None else None)
     ok = error is None
+    behaviour = program.behaviour(example.question, pred) if ok and hasattr(program, "behaviour") else {}
     return {
         "id": str(example.id),
         "question": example.question,
@@ -100,6 +107,7 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
         "passage_titles": titles,
         "sub_questions": list(getattr(pred, "sub_questions", None) or []) if pred is not None else [],
         "intermediate_answers": list(getattr(pred, "intermediate_answers", None) or []) if pred is not None else [],
+        "behaviour": behaviour,
         "error": error,
     }
 
@@ -157,6 +165,16 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def behaviour_means(records: Sequence[Mapping]) -> dict[str, float]:
+    """Each behaviour value's mean over the questions that report it (failed ones report none): a 0-1 rate for the
+    ``*_rate`` and share names, a mean count for the others."""
+    values: dict[str, list[float]] = {}
+    for record in records:
+        for name, value in (record.get("behaviour") or {}).items():
+            values.setdefault(name, []).append(float(value))
+    return {name: round(_mean(column), 4) for name, column in values.items()}
+
+
 def summarize(
     records: Sequence[Mapping],
     config: RunConfig,
@@ -165,8 +183,10 @@ def summarize(
     wall_s: float,
     run_id: str | None,
     compile_s: float = 0.0,
+    compile_usage=None,
 ) -> dict[str, Any]:
-    """The run summary (see the module docstring); failed questions count as 0 in the score means."""
+    """The run summary (see the module docstring); failed questions count as 0 in the score means.
+    ``compile_usage`` (a ``UsageMeter`` around compilation) gives the compile_* counts, 0 without one."""
     n = len(records)
     recalls = [r["retrieval_recall"] for r in records if r["retrieval_recall"] is not None]
     return {
@@ -186,7 +206,11 @@ def summarize(
         "questions_per_minute": round(60 * n / eval_s, 2) if eval_s > 0 else 0.0,
         "eval_s": round(eval_s, 2),
         "compile_s": round(compile_s, 2),
+        "compile_lm_calls": compile_usage.calls if compile_usage else 0,
+        "compile_input_tokens": compile_usage.input_tokens if compile_usage else 0,
+        "compile_output_tokens": compile_usage.output_tokens if compile_usage else 0,
         "wall_s": round(wall_s, 2),
+        "behaviour": behaviour_means(records),
         "mlflow_run_id": run_id,
     }
 

@@ -29,9 +29,11 @@ PROGRAM = "program.json"
 
 METRICS = (
     "em", "f1", "acc", "retrieval_recall", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
-    "questions_per_minute", "wall_s", "compile_s", "eval_s", "n", "failed",
+    "questions_per_minute", "wall_s", "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens",
+    "eval_s", "n", "failed",
 )  # fmt: skip
-"""The summary's values logged as MLflow metrics (with load_s and index_s)."""
+"""The summary's values logged as MLflow metrics (with load_s, index_s and each behaviour value as
+``behaviour.<name>``)."""
 
 
 def load_named_lm(name: str, *, api_base: str | None = None, max_tokens: int = 256, cache: bool = True):
@@ -85,14 +87,21 @@ def build_program_for(config: RunConfig, retriever):
     return build_program(config.method, retriever, k=config.k, max_iterations=config.max_iterations)
 
 
-def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None):
-    """Compile ``program`` on ``trainset`` with the configured teleprompter (``none`` returns it as it is); its Grade
-    predictors (CRAG, Self-RAG) are then compiled on their own relevance labels (``compile_graders``)."""
+def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None, teacher_lm=None):
+    """Compile ``program`` on ``trainset`` with the configured teleprompter (``none`` returns it as it is), the
+    teacher copy on ``teacher_lm`` when given; its Grade predictors (CRAG, Self-RAG) are then compiled on their own
+    relevance labels (``compile_graders``), with the same teacher."""
     from ragscale.optimizers.graders import compile_graders
     from ragscale.optimizers.metrics import METRICS as SCORES
     from ragscale.optimizers.teleprompters import compile_program
 
-    common = {"max_demos": config.max_demos, "lm": lm, "adapter": adapter, "seed": config.seed}
+    common = {
+        "max_demos": config.max_demos,
+        "lm": lm,
+        "adapter": adapter,
+        "seed": config.seed,
+        "teacher_lm": teacher_lm,
+    }
     compiled = compile_program(
         program,
         list(trainset),
@@ -120,6 +129,7 @@ def run_experiment(
     progress: bool = True,
     check_context: bool | None = None,
     compiled=None,
+    teacher_lm=None,
 ) -> dict[str, Any]:
     """Compile, evaluate and track one configuration; returns the summary (``evaluate.SUMMARY_KEYS``).
 
@@ -130,12 +140,13 @@ def run_experiment(
     before and after compiling, that the longest prompt fits the LM's context window (``fits_context``).
     ``compiled`` (a program of the same method, compiled earlier) has its state (demos, instructions) loaded into
     the program built from this config instead of compiling again: the sweep compiles once per method and shot
-    count and reuses the result across document counts.
+    count and reuses the result across document counts. ``teacher_lm`` (any dspy LM) replaces
+    ``load_lm(config.teacher)``.
     """
     import dspy
 
     from ragscale.optimizers.context import fits_context
-    from ragscale.programs.lm import make_adapter
+    from ragscale.programs.lm import make_adapter, meter
 
     start = time.perf_counter()
     random.seed(config.seed)
@@ -144,6 +155,8 @@ def run_experiment(
         check_context = lm is None
     if lm is None:
         lm = load_lm_for(config)
+    if teacher_lm is None and config.teacher is not None and compiled is None:
+        teacher_lm = load_named_lm(config.teacher, api_base=config.api_base, max_tokens=config.max_tokens)
     train, evalset = load_examples(config, examples)
     if not evalset:
         raise ConfigError(f"no evaluation questions in {config.eval_path}")
@@ -172,10 +185,11 @@ def run_experiment(
         with dspy.context(lm=lm, adapter=adapter):
             program = build_program_for(config, retriever)
             compile_start = time.perf_counter()
-            if compiled is not None:
-                program.load_state(compiled.dump_state())
-            else:
-                program = compile_for(config, program, train, lm, adapter)
+            with meter() as compile_usage:
+                if compiled is not None:
+                    program.load_state(compiled.dump_state())
+                else:
+                    program = compile_for(config, program, train, lm, adapter, teacher_lm)
             compile_s = time.perf_counter() - compile_start
             program.save(str(work / PROGRAM))
             if check_context:
@@ -188,12 +202,19 @@ def run_experiment(
             eval_s = time.perf_counter() - eval_start
 
         summary = summarize(
-            records, config, eval_s=eval_s, wall_s=time.perf_counter() - start, run_id=run_id, compile_s=compile_s
+            records,
+            config,
+            eval_s=eval_s,
+            wall_s=time.perf_counter() - start,
+            run_id=run_id,
+            compile_s=compile_s,
+            compile_usage=compile_usage,
         )
         write_json(work / "summary.json", summary, indent=2)
         (work / "config.toml").write_text(config.to_toml(), encoding="utf-8")
         tables = write_tables(records, work)
         metrics = {name: summary[name] for name in METRICS}
+        metrics.update({f"behaviour.{name}": value for name, value in summary["behaviour"].items()})
         tracking.log_metrics(config.runs_dir, run_id, {**metrics, "load_s": load_s, "index_s": index_s})
         tracking.log_artifacts(
             config.runs_dir,

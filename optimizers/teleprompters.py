@@ -13,6 +13,14 @@
 - ``mipro``: ``dspy.MIPROv2(auto="light")``: instructions and bootstrapped demonstrations searched together
   (needs ``optuna``).
 
+The bootstrap family (bootstrap, random-search, mipro) runs DSPy's teacher program -- a copy of the program --
+on the training questions and keeps its traces as demonstrations. With ``teacher_lm`` the teacher copy runs on
+that LM (DSPy's ``teacher_settings``): a larger local model writes the traces the student learns from, and the
+student and the teacher share nothing but the program's structure. A trace is kept only if it passes the metric
+*and* shows the method's defining step (``keeping_behaviour``: the program's ``demonstrates(example,
+prediction)``, e.g. IterDRAG's follow-ups on a multi-hop question): otherwise, for a small model, the passing
+traces are the ones that skip the step, and the compiled program learns to skip it.
+
 random-search and mipro score their candidates on ``valset`` before the caps below are applied and are not
 topped up with labeled demonstrations: what they pick is what they measured, less any documents over the cap.
 
@@ -37,6 +45,24 @@ logger = logging.getLogger(__name__)
 Metric = Callable[..., float]
 
 
+def keeping_behaviour(metric: Metric, program: dspy.Module) -> Metric:
+    """``metric``, except that a bootstrapped trace (``trace`` given) of a program that does not show its defining
+    step (``program.demonstrates(example, prediction)`` False) scores 0. Scoring without a trace (candidates,
+    evaluation) is unchanged. A program without ``demonstrates`` keeps ``metric`` as it is."""
+    demonstrates = getattr(program, "demonstrates", None)
+    if demonstrates is None:
+        return metric
+
+    def accepted(example: dspy.Example, prediction: dspy.Prediction, trace=None) -> float:
+        score = metric(example, prediction, trace)
+        if trace is None or demonstrates(example, prediction):
+            return score
+        return 0.0
+
+    accepted.__name__ = getattr(metric, "__name__", "metric")
+    return accepted
+
+
 def _none(program: dspy.Module, trainset: list, **_: Any) -> dspy.Module:
     return program.reset_copy()
 
@@ -56,12 +82,17 @@ def _bootstrap(
     max_docs_per_demo: int,
     seed: int,
     max_attempts: int | None,
+    teacher_settings: dict,
     threads: int = 1,
     **_: Any,
 ) -> dspy.Module:
     trainset = random.Random(seed).sample(trainset, len(trainset))
     teleprompter = ThreadedBootstrapFewShot(
-        metric=metric, max_bootstrapped_demos=max_demos, max_labeled_demos=0, threads=threads
+        metric=metric,
+        max_bootstrapped_demos=max_demos,
+        max_labeled_demos=0,
+        teacher_settings=teacher_settings,
+        threads=threads,
     )
     compiled = teleprompter.compile(program, trainset=trainset[:max_attempts])
     shown = {demo.get("question") for predictor in compiled.predictors() for demo in predictor.demos}
@@ -80,10 +111,12 @@ def _random_search(
     max_demos: int,
     valset: list | None,
     num_candidates: int,
+    teacher_settings: dict,
     **_: Any,
 ) -> dspy.Module:
     teleprompter = dspy.BootstrapFewShotWithRandomSearch(
         metric=metric,
+        teacher_settings=teacher_settings,
         max_bootstrapped_demos=max_demos,
         max_labeled_demos=0,
         num_candidate_programs=num_candidates,
@@ -93,7 +126,15 @@ def _random_search(
 
 
 def _mipro(
-    program: dspy.Module, trainset: list, *, metric: Metric, max_demos: int, seed: int, valset: list | None, **_: Any
+    program: dspy.Module,
+    trainset: list,
+    *,
+    metric: Metric,
+    max_demos: int,
+    seed: int,
+    valset: list | None,
+    teacher_settings: dict,
+    **_: Any,
 ) -> dspy.Module:
     if importlib.util.find_spec("optuna") is None:  # checked first: DSPy needs it only after proposing instructions
         raise ImportError("the mipro optimizer needs optuna, an optional dependency of DSPy: pip install 'optuna>=3.4'")
@@ -105,6 +146,7 @@ def _mipro(
         num_threads=1,
         seed=seed,
         verbose=False,
+        teacher_settings=teacher_settings,
     )
     return teleprompter.compile(program, trainset=trainset, valset=valset)
 
@@ -116,6 +158,9 @@ OPTIMIZERS: dict[str, Callable[..., dspy.Module]] = {
     "random-search": _random_search,
     "mipro": _mipro,
 }
+
+TEACHER_OPTIMIZERS = ("bootstrap", "random-search", "mipro")
+"""The teleprompters that run a teacher program, and so take a teacher LM."""
 
 
 def compile_program(
@@ -133,6 +178,7 @@ def compile_program(
     num_candidates: int = 4,
     max_attempts: int | None = None,
     threads: int = 1,
+    teacher_lm: dspy.LM | None = None,
 ) -> dspy.Module:
     """Compile ``program`` on ``trainset`` with the teleprompter named ``optimizer`` and return a new program.
 
@@ -141,23 +187,29 @@ def compile_program(
     (otherwise ``dspy.settings``). ``valset`` scores candidates for random-search and mipro (default: the
     trainset, resp. a split of it); each costs one program run per example and candidate, so keep it small on a
     CPU. ``max_attempts`` caps the training examples ``bootstrap`` runs the program on (default: all of them,
-    until ``max_demos`` traces pass); ``threads`` is how many of them ``bootstrap`` runs at once. The input
-    ``program`` is not changed.
+    until ``max_demos`` traces pass); ``threads`` is how many of them ``bootstrap`` runs at once. ``teacher_lm``
+    runs the bootstrap family's teacher copy of the program (the student's demonstrations are its traces); the
+    other teleprompters do not run a teacher and refuse one. The input ``program`` is not changed.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
     if max_demos < 0 or max_docs_per_demo < 0:
         raise ValueError(f"max_demos ({max_demos}) and max_docs_per_demo ({max_docs_per_demo}) must be >= 0")
+    if teacher_lm is not None and optimizer not in TEACHER_OPTIMIZERS:
+        raise ValueError(
+            f"optimizer {optimizer!r} runs no teacher; a teacher LM needs one of: {', '.join(TEACHER_OPTIMIZERS)}"
+        )
     settings = {name: value for name, value in (("lm", lm), ("adapter", adapter)) if value is not None}
     logger.info("compiling %s with %s on %d examples", type(program).__name__, optimizer, len(trainset))
     with dspy.context(**settings):
         compiled = OPTIMIZERS[optimizer](
             program,
             list(trainset),
-            metric=metric,
+            metric=keeping_behaviour(metric, program),
             max_demos=max_demos,
             max_docs_per_demo=max_docs_per_demo,
             seed=seed,
+            teacher_settings={"lm": teacher_lm} if teacher_lm is not None else {},
             valset=list(valset) if valset is not None else None,
             num_candidates=num_candidates,
             max_attempts=max_attempts,

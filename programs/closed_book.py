@@ -22,6 +22,11 @@ class ClosedBook(dspy.Module):
         """The most documents each predictor can see in one call (for context-window checks): none."""
         return {}
 
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """{}: no defining step, it answers from the model's parameters alone (``ragscale.programs.behaviour``)."""
+        return {}
+
     def forward(self, question: str) -> dspy.Prediction:
         answer = self.answer(question=question).answer
         return dspy.Prediction(answer=answer, passages=[])

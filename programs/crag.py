@@ -16,6 +16,8 @@ from ragscale.programs.retrieval import format_passage, most_relevant_last, refe
 from ragscale.signatures import Answer, Grade
 from ragscale.signatures.methods import Rewrite
 
+GRADES = ("relevant", "irrelevant", "ambiguous")
+
 
 class CRAG(dspy.Module):
     """retrieve -> grade each; correct: keep relevant; else rewrite -> fallback search; answer."""
@@ -31,6 +33,14 @@ class CRAG(dspy.Module):
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer": 2 * self.k}  # k ambiguous ones beside k from the second search
+
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """The share of the retrieved passages graded relevant, irrelevant and ambiguous, and whether the
+        corrective search ran (``corrective_rate``: no passage was relevant)."""
+        grades = [g["grade"] for g in prediction.grades]
+        shares = {f"graded_{g}": grades.count(g) / len(grades) if grades else 0.0 for g in GRADES}
+        return {**shares, "corrective_rate": float(prediction.action != "correct")}
 
     def forward(self, question: str) -> dspy.Prediction:
         found = self.retriever(question, self.k)

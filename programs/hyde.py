@@ -29,6 +29,12 @@ class HyDE(dspy.Module):
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer": self.k}
 
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Whether a hypothetical passage was written (``hypothetical_passage_rate``), and its words."""
+        words = len(str(prediction.hypothetical_passage or "").split())
+        return {"hypothetical_passage_rate": float(words > 0), "hypothetical_passage_words": words}
+
     def forward(self, question: str) -> dspy.Prediction:
         hypothetical = self.hypothesize(question=question).passage
         search = getattr(self.retriever, "dense", self.retriever)

@@ -31,6 +31,12 @@ class IRCoT(dspy.Module):
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"reason": self.max_passages, "answer": self.max_passages}
 
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Reasoning steps written, and the retrievals they led to (one per step that did not yet state the
+        answer)."""
+        return {"steps": len(prediction.reasoning), "step_retrievals": len(prediction.queries) - 1}
+
     def forward(self, question: str) -> dspy.Prediction:
         queries, reasoning = [question], []
         rankings = [self.retriever(question, self.k)]

@@ -21,6 +21,7 @@ import re
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from ragscale.programs.behaviour import answered, is_multi_hop, same_question
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import AnswerSub, Decompose, Synthesize
 
@@ -29,11 +30,6 @@ logger = logging.getLogger(__name__)
 
 NO_FOLLOW_UP = re.compile(r"(none|no|n/a|no (more |further )?follow[- ]?ups?( (are |is )?needed)?)", re.IGNORECASE)
 """What a decomposition step writes when no follow-up is needed."""
-
-
-def same_question(text: str) -> str:
-    """A question's key for spotting repeats: lower case, no surrounding punctuation, single spaces."""
-    return " ".join(text.lower().strip(" ?.").split())
 
 
 def no_follow_up(text: str) -> bool:
@@ -56,6 +52,21 @@ class IterDRAG(dspy.Module):
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer_sub": self.k, "synthesize": self.k * (self.max_iterations + 1)}
+
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Follow-ups asked, the question counted as having >= 1 (a 0-1 rate), and follow-ups with an answer."""
+        asked = len(prediction.sub_questions)
+        return {
+            "follow_ups": asked,
+            "questions_with_follow_up": float(asked > 0),
+            "answered_follow_ups": answered(prediction.intermediate_answers),
+        }
+
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows IterDRAG's step when a multi-hop question got at least one follow-up with its answer (the
+        paper never uses a demonstration without sub-queries); a single-hop question may go without."""
+        return not is_multi_hop(example) or self.behaviour(example.question, prediction)["answered_follow_ups"] > 0
 
     def forward(self, question: str) -> dspy.Prediction:
         rankings = [self.retriever(question, self.k)]

@@ -10,6 +10,7 @@ each passage reached and placed most relevant last.
 
 import dspy
 
+from ragscale.programs.behaviour import distinct
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import Answer
 from ragscale.signatures.methods import Rephrase
@@ -27,6 +28,11 @@ class MultiQuery(dspy.Module):
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer": self.k * (self.n_queries + 1)}
+
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Distinct queries retrieved for, the question included."""
+        return {"distinct_queries": distinct(prediction.queries)}
 
     def forward(self, question: str) -> dspy.Prediction:
         rephrasings = self.rephrase(question=question, n=self.n_queries).queries[: self.n_queries]

@@ -29,6 +29,12 @@ class RAG(dspy.Module):
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer": self.k}
 
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """{}: no defining step at test time beyond retrieve-then-answer (DRAG's is in its
+        demonstrations) (``ragscale.programs.behaviour``)."""
+        return {}
+
     def forward(self, question: str) -> dspy.Prediction:
         passages = most_relevant_last(self.retriever(question, self.k))
         documents = [format_passage(p) for p in passages]

@@ -10,6 +10,7 @@ original question's ranking is fused with theirs by ``rrf`` from the retrieval p
 
 import dspy
 
+from ragscale.programs.behaviour import distinct
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references, rrf
 from ragscale.signatures import Answer
 from ragscale.signatures.methods import Rephrase
@@ -28,6 +29,11 @@ class RAGFusion(dspy.Module):
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer": self.k}
+
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Distinct queries retrieved for, the question included."""
+        return {"distinct_queries": distinct(prediction.queries)}
 
     def forward(self, question: str) -> dspy.Prediction:
         generated = self.rephrase(question=question, n=self.n_queries).queries[: self.n_queries]

@@ -10,6 +10,7 @@ per step (capped by ``max_steps``), and ``Predict(AnswerFromReasoning)`` answers
 
 import dspy
 
+from ragscale.programs.behaviour import same_question
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures.methods import AnswerFromReasoning, DraftSteps, ReviseStep, WriteQuery
 
@@ -28,6 +29,13 @@ class RAT(dspy.Module):
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"revise": self.k, "answer": self.k * self.max_steps}
+
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Draft steps revised against retrieval, and the share of them the revision changed."""
+        pairs = list(zip(prediction.draft, prediction.revised_steps, strict=False))
+        changed = sum(same_question(draft) != same_question(revised) for draft, revised in pairs)
+        return {"steps": len(pairs), "revised_step_rate": changed / len(pairs) if pairs else 0.0}
 
     def forward(self, question: str) -> dspy.Prediction:
         draft = self.draft(question=question).steps[: self.max_steps]

@@ -39,6 +39,16 @@ class SearchChain(dspy.Module):
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"verify": self.k, "answer": min(self.k * self.max_nodes, self.max_passages)}
 
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Nodes of the chain checked against retrieval, the share the documents supported, and re-plans."""
+        supported = [node["supported"] for node in prediction.chain]
+        return {
+            "steps": len(supported),
+            "supported_step_rate": sum(supported) / len(supported) if supported else 0.0,
+            "replans": prediction.replans,
+        }
+
     def forward(self, question: str) -> dspy.Prediction:
         pending = chain_of(self.plan(question=question, checked=[]))
         checked: list[str] = []

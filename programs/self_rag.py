@@ -37,6 +37,27 @@ class SelfRAG(dspy.Module):
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer": self.k, "check_support": self.k}
 
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Whether it retrieved (``retrieval_rate``), its rounds, the share of graded passages judged relevant, and
+        the support critique of the round that gave the answer (``supported_fully_rate`` and so on; all 0 when no
+        round answered)."""
+        grades = [g["grade"] for step in prediction.rounds for g in step["grades"]]
+        answered_rounds = [step for step in prediction.rounds if step["answer"] is not None]
+        best = max(answered_rounds, key=lambda s: (SUPPORT_RANK[s["support"]], s["usefulness"]), default=None)
+        support = best["support"] if best else None
+        return {
+            "retrieval_rate": float(prediction.retrieved),
+            "rounds": len(prediction.rounds),
+            "relevant_passage_rate": grades.count("relevant") / len(grades) if grades else 0.0,
+            **{f"supported_{level}_rate": float(support == level) for level in SUPPORT_RANK},
+        }
+
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows Self-RAG's step when it retrieved: every question of these datasets needs a passage, and
+        traces that skip retrieval teach the student never to retrieve."""
+        return bool(prediction.retrieved)
+
     def forward(self, question: str) -> dspy.Prediction:
         if not self.decide(question=question).needs_retrieval:
             answer = self.answer_directly(question=question).answer

@@ -11,6 +11,7 @@ One list lets labeled demonstrations, demo caps and the context check treat them
 
 import dspy
 
+from ragscale.programs.behaviour import distinct, same_question
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, StepBack
 
@@ -27,6 +28,14 @@ class StepBackRAG(dspy.Module):
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer": 2 * self.k}
+
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """Whether the step-back question differs from the question (``step_back_rate``)."""
+        differs = bool(distinct([prediction.step_back_question])) and same_question(
+            prediction.step_back_question
+        ) != same_question(question)
+        return {"step_back_rate": float(differs)}
 
     def forward(self, question: str) -> dspy.Prediction:
         step_back_question = self.step_back(question=question).step_back_question

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import write_json
+from ragscale.programs.lm.models import DEFAULT_LM
 
 
 def add_ingest(subparsers) -> None:
@@ -24,7 +25,7 @@ def add_ingest(subparsers) -> None:
     )
     ingest_cmd.add_argument("--collection", required=True, help="collection name (runs/collections/NAME)")
     ingest_cmd.add_argument("--contextual", action="store_true", help="prepend an LM-written context to each chunk")
-    ingest_cmd.add_argument("--lm", default="smollm2-135m", help="LM for --contextual (default: smollm2-135m)")
+    ingest_cmd.add_argument("--lm", default=DEFAULT_LM, help=f"LM for --contextual (default: {DEFAULT_LM})")
     ingest_cmd.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server for --lm")
     ingest_cmd.add_argument(
         "--adapter", choices=sorted(ADAPTERS), default="field", help="prompt format (default: field)"
@@ -98,7 +99,7 @@ def add_ask(subparsers) -> None:
     ask_cmd.add_argument("question")
     ask_cmd.add_argument("--collection", required=True)
     ask_cmd.add_argument("--method", choices=sorted(PROGRAMS), default="rag", help="RAG method (default: rag)")
-    ask_cmd.add_argument("--lm", default="smollm2-135m", help="a preset, model dir, .gguf, or openai/<model>")
+    ask_cmd.add_argument("--lm", default=DEFAULT_LM, help="a preset, model dir, .gguf, or openai/<model>")
     ask_cmd.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server for --lm")
     ask_cmd.add_argument("--adapter", choices=sorted(ADAPTERS), default="field", help="prompt format")
     ask_cmd.add_argument("--k", type=int, default=5, help="passages per retrieval (default: 5)")

@@ -31,7 +31,13 @@ def add_run(subparsers) -> None:
     run.add_argument("--optimizer", choices=sorted(OPTIMIZERS), help="teleprompter (default: none)")
     run.add_argument(
         "--lm",
-        help="a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base (default: smollm2-135m)",
+        help="a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base "
+        "(default: qwen2.5-coder-0.5b)",
+    )
+    run.add_argument(
+        "--teacher",
+        help="an LM (e.g. qwen2.5-coder-1.5b) that runs the teacher program of bootstrap, random-search or mipro: "
+        "its traces become the demonstrations of --lm",
     )
     run.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server (vLLM, SGLang)")
     run.add_argument(

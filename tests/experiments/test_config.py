@@ -49,3 +49,11 @@ def test_the_shipped_configs_are_valid():
     assert configs
     for path in configs:
         RunConfig.from_toml(path)
+
+
+def test_a_teacher_needs_an_optimizer_that_runs_a_teacher_program(tmp_path):
+    with pytest.raises(ConfigError, match=r"teacher 'qwen2.5-coder-1.5b' needs an optimizer.*got optimizer 'none'"):
+        RunConfig(method="rag", dataset="hotpotqa", teacher="qwen2.5-coder-1.5b")
+    config = RunConfig(method="iterdrag", dataset="hotpotqa", optimizer="bootstrap", teacher="qwen2.5-coder-1.5b")
+    (tmp_path / "run.toml").write_text(config.to_toml())
+    assert RunConfig.from_toml(tmp_path / "run.toml") == config

@@ -7,7 +7,7 @@ from dspy.utils import DummyLM
 
 from ragscale.optimizers.demos import LabeledWithDocuments
 from ragscale.optimizers.metrics import em_metric
-from ragscale.optimizers.teleprompters import OPTIMIZERS, compile_program
+from ragscale.optimizers.teleprompters import OPTIMIZERS, compile_program, keeping_behaviour
 from ragscale.programs import DRAG, RAG, IterDRAG
 from ragscale.programs.retrieval import format_passage
 
@@ -195,3 +195,84 @@ def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):
         saved = [demo.toDict() for demo in getattr(compiled, name).demos]
         assert getattr(reloaded, name).demos == saved and saved
     assert [d["follow_up"] for d in reloaded.decompose.demos][-1] == "none"
+
+
+def multi_hop(n: int = 5) -> list[dspy.Example]:
+    """``examples(n)`` marked multi-hop, as HotpotQA's bridge questions are."""
+    return [example.copy(type="bridge") for example in examples(n)]
+
+
+def following_up() -> DummyLM:
+    """A DummyLM that asks one follow-up per question ("Which city holds landmark i?"), answers it, then says
+    "none" and answers the question rightly."""
+    replies = {}
+    for i, ex in enumerate(examples()):
+        follow_up = f"Which city holds landmark {i}?"
+        replies[f"Q: {follow_up}"] = {"follow_up": "none", "answer": ex.answers[0]}  # the 2nd decomposition
+        replies[follow_up] = {"answer": ex.answers[0]}  # the intermediate answer
+        replies[ex.question] = {"follow_up": follow_up}  # the first decomposition
+    return DummyLM(replies)
+
+
+def compile_iterdrag(lm, trainset, **kwargs) -> dspy.Module:
+    return compile_program(
+        IterDRAG(FixedRetriever(), k=2, max_iterations=2),
+        trainset,
+        optimizer="bootstrap",
+        metric=em_metric,
+        max_demos=2,
+        lm=lm,
+        adapter=dspy.ChatAdapter(),
+        **kwargs,
+    )
+
+
+def test_a_right_iterdrag_trace_without_follow_ups_is_not_a_demonstration_for_a_multi_hop_question():
+    compiled = compile_iterdrag(answering(right=True), multi_hop())
+    assert compiled.decompose.demos == [] and compiled.answer_sub.demos == []
+    bootstrapped = [d for d in compiled.synthesize.demos if d.get("augmented")]
+    assert bootstrapped == []  # the synthesize demos left are the labeled top-up
+
+
+def test_a_right_iterdrag_trace_with_a_follow_up_and_its_answer_is_kept():
+    compiled = compile_iterdrag(following_up(), multi_hop())
+    assert len(compiled.answer_sub.demos) == 2
+    assert all(d.answer.startswith("City") for d in compiled.answer_sub.demos)
+    assert all(d.get("augmented") for d in compiled.synthesize.demos)
+    assert all(len(d.follow_ups) == 1 for d in compiled.synthesize.demos)
+
+
+def test_the_behaviour_filter_applies_to_traces_only_not_to_scoring():
+    program = IterDRAG(FixedRetriever())
+    metric = keeping_behaviour(em_metric, program)
+    example = multi_hop(1)[0]
+    skipped = dspy.Prediction(answer="City 0", sub_questions=[], intermediate_answers=[])
+    assert metric(example, skipped, trace=[]) == 0.0 and metric(example, skipped) == 1.0
+    assert keeping_behaviour(em_metric, RAG(FixedRetriever())) is em_metric
+
+
+def test_the_teacher_lm_writes_the_demonstrations_and_the_student_lm_answers_at_evaluation():
+    student, teacher = answering(right=False), answering(right=True)
+    compiled = compile_program(
+        DRAG(FixedRetriever(), k=2),
+        examples(),
+        optimizer="bootstrap",
+        metric=em_metric,
+        max_demos=2,
+        lm=student,
+        adapter=dspy.ChatAdapter(),
+        teacher_lm=teacher,
+    )
+    assert student.history == [] and teacher.history  # compiling ran the teacher only
+    assert len(compiled.answer.demos) == 2 and all(d.get("augmented") for d in compiled.answer.demos)
+    assert all(d.answer == f"City {d.question.split()[-1].rstrip('?')}" for d in compiled.answer.demos)
+    with dspy.context(lm=student, adapter=dspy.ChatAdapter()):
+        assert compiled(question=examples()[0].question).answer == "Nowhere"
+    assert len(student.history) == 1
+
+
+def test_a_teacher_needs_a_teleprompter_that_runs_one():
+    with pytest.raises(ValueError, match=r"'labeled' runs no teacher.*bootstrap, random-search, mipro"):
+        compile_program(
+            DRAG(FixedRetriever()), examples(), optimizer="labeled", metric=em_metric, teacher_lm=answering()
+        )

@@ -549,3 +549,43 @@ def test_the_context_check_counts_every_document_each_predictor_can_see(method):
     for name, predictor in program.named_predictors():
         if "documents" in predictor.signature.input_fields:
             assert estimates[name] >= 100 * seen[name], name
+
+
+# What each happy path's defining step did (``behaviour``): rates 0-1, counts per question.
+BEHAVIOUR = {
+    "multi-query": {"distinct_queries": 3},
+    "rag-fusion": {"distinct_queries": 3},
+    "decompose-recursive": {"sub_questions": 2, "distinct_sub_questions": 2},
+    "decompose-individual": {"sub_questions": 2, "distinct_sub_questions": 2},
+    "step-back": {"step_back_rate": 1.0},
+    "hyde": {"hypothetical_passage_rate": 1.0, "hypothetical_passage_words": 10},
+    "ircot": {"steps": 2, "step_retrievals": 1},
+    "search-chain": {"steps": 2, "supported_step_rate": 0.5, "replans": 1},
+    "rat": {"steps": 2, "revised_step_rate": 0.5},
+    "crag": {"graded_relevant": 1 / 3, "graded_irrelevant": 1 / 3, "graded_ambiguous": 1 / 3, "corrective_rate": 0.0},
+    "self-rag": {
+        "retrieval_rate": 1.0,
+        "rounds": 1,
+        "relevant_passage_rate": 0.5,
+        "supported_fully_rate": 1.0,
+        "supported_partially_rate": 0.0,
+        "supported_none_rate": 0.0,
+    },
+}
+
+
+@pytest.mark.parametrize("method", HAPPY_PATHS)
+def test_every_method_reports_its_defining_step_from_its_prediction(method):
+    build, outputs, _ = HAPPY_PATHS[method]
+    program = build(OverlapRetriever())
+    prediction, _ = run(program, outputs)
+    assert program.behaviour(QUESTION, prediction) == pytest.approx(BEHAVIOUR[method])
+
+
+def test_behaviour_sees_a_skipped_step_crag_correcting_self_rag_not_retrieving_step_back_repeating():
+    crag, _ = run(CRAG(OverlapRetriever(), k=2), [{"grade": "irrelevant"}] * 2 + [{"query": "q"}, {"answer": "x"}])
+    assert CRAG.behaviour(QUESTION, crag)["corrective_rate"] == 1.0
+    self_rag, _ = run(SelfRAG(OverlapRetriever()), [{"needs_retrieval": False}, {"answer": "Denver"}])
+    assert SelfRAG.behaviour(QUESTION, self_rag)["retrieval_rate"] == 0.0
+    same, _ = run(StepBackRAG(OverlapRetriever(), k=2), [{"step_back_question": QUESTION.upper()}, {"answer": "x"}])
+    assert StepBackRAG.behaviour(QUESTION, same) == {"step_back_rate": 0.0}

@@ -10,6 +10,8 @@ from ragscale.programs import DRAG, PROGRAMS, RAG, ClosedBook, IterDRAG, build_p
 from ragscale.programs.iterdrag import no_follow_up
 from ragscale.programs.retrieval import Passage, format_passage
 
+QUESTION = "Who wrote it?"
+
 
 def passage(name: str) -> Passage:
     return Passage(id=f"id-{name}", title=name, text=f"{name} is a passage.")
@@ -29,7 +31,7 @@ class TableRetriever:
         return self
 
 
-def run(program, lm, question="Who wrote it?"):
+def run(program, lm, question=QUESTION):
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         return program(question=question)
 
@@ -172,3 +174,22 @@ def test_a_decomposition_that_writes_none_ends_the_loop(text):
 @pytest.mark.parametrize("text", ["Who wrote None of the Above?", "Nobody?", "Which novel did he write?"])
 def test_a_follow_up_question_is_not_read_as_none(text):
     assert not no_follow_up(text)
+
+
+def test_iterdrag_reports_its_follow_ups_and_demonstrates_only_with_one_on_a_multi_hop_question():
+    replies = [{"follow_up": "Who wrote The Hobbit?"}, {"answer": "Tolkien"}, {"follow_up": "none"}, {"answer": "x"}]
+    lm = DummyLM(replies)
+    program = IterDRAG(TableRetriever([passage("A")]), k=1)
+    pred = run(program, lm)
+    behaviour = program.behaviour(QUESTION, pred)
+    assert behaviour == {"follow_ups": 1, "questions_with_follow_up": 1.0, "answered_follow_ups": 1}
+    skipped = dspy.Prediction(answer="x", sub_questions=[], intermediate_answers=[])
+    assert program.behaviour(QUESTION, skipped)["questions_with_follow_up"] == 0.0
+    bridge, single = (dspy.Example(question=QUESTION, type=kind) for kind in ("bridge", "single-hop (NQ-open)"))
+    assert program.demonstrates(bridge, pred) and not program.demonstrates(bridge, skipped)
+    assert program.demonstrates(single, skipped)
+
+
+@pytest.mark.parametrize("method", ["closed-book", "rag", "drag"])
+def test_a_method_without_a_defining_step_says_so_with_no_behaviour(method):
+    assert PROGRAMS[method].behaviour(QUESTION, dspy.Prediction(answer="x", passages=[])) == {}

@@ -116,7 +116,11 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         "questions_per_minute",
         "eval_s",
         "compile_s",
+        "compile_lm_calls",
+        "compile_input_tokens",
+        "compile_output_tokens",
         "wall_s",
+        "behaviour",
         "mlflow_run_id",
     ]
     assert (summary["method"], summary["n"], summary["em"], summary["retrieval_recall"]) == (
@@ -125,4 +129,5 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         50.0,
         None,
     )
+    assert summary["behaviour"] == {} and summary["compile_lm_calls"] == 0  # no defining step; nothing compiled
     assert json.loads(capsys.readouterr().out) == summary
