@@ -1,14 +1,17 @@
 """How well does the Grade predictor of CRAG and Self-RAG judge passages, before and after compiling on labels?
 
-    python benchmarks/graders.py [--lm qwen2.5-coder-0.5b] [--limit 50] [--train-limit 32]
-                                 [--optimizers none,labeled,bootstrap] [--max-demos 4] [--json FILE]
+    python benchmarks/graders.py [--lm qwen2.5-coder-0.5b] [--teacher qwen2.5-coder-1.5b] [--limit 50]
+                                 [--train-limit 32] [--optimizers none,labeled,bootstrap] [--max-demos 4]
+                                 [--json FILE]
 
 The labels come from the data: for each question, one supporting paragraph ("relevant") and one other paragraph
 of the question ("irrelevant"), so half of the passages are relevant (`ragscale.optimizers.graders.grade_examples`).
 Each optimizer compiles a fresh `Predict(Grade)` on the first `--train-limit` HotpotQA train questions with
 `compile_graders` (the path `ragscale run` takes for CRAG and Self-RAG) and is scored on the first `--limit` dev
 questions: accuracy, recall of each label, how often the grader said "ambiguous" (never right: the labels are
-binary), and the LM calls and wall time of compiling and of grading. DSPy's cache is off.
+binary), and the LM calls and wall time of compiling and of grading. With `--teacher`, bootstrap's traces are the
+teacher's (the graders compiled on the larger model's traces); `labeled` compiles on the labels alone. The LM
+graded with is always `--lm`. DSPy's cache is off.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def score(grader, examples, threads: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--teacher", help="an LM that writes bootstrap's traces (e.g. qwen2.5-coder-1.5b)")
     parser.add_argument("--limit", type=int, default=50, help="dev questions (two labelled passages each)")
     parser.add_argument("--train-limit", type=int, default=32, help="train questions the teleprompter sees")
     parser.add_argument("--optimizers", default="none,labeled,bootstrap")
@@ -68,10 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.data import load_split
     from ragscale.experiments.runner import load_named_lm
     from ragscale.optimizers.graders import compile_graders, grade_examples
+    from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
     from ragscale.programs.lm import make_adapter, meter
     from ragscale.signatures import Grade
 
     lm = load_named_lm(args.lm, cache=False)
+    teacher = load_named_lm(args.teacher, cache=False) if args.teacher else None
     adapter = make_adapter("field")
     train = load_split("hotpotqa", "train")[: args.train_limit]
     dev = grade_examples(load_split("hotpotqa", "dev")[: args.limit])
@@ -81,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             with meter() as usage:
                 grader = compile_graders(
-                    dspy.Predict(Grade), train, optimizer=optimizer, max_demos=args.max_demos, lm=lm, adapter=adapter
+                    dspy.Predict(Grade),
+                    train,
+                    optimizer=optimizer,
+                    max_demos=args.max_demos,
+                    lm=lm,
+                    adapter=adapter,
+                    teacher_lm=teacher if optimizer in TEACHER_OPTIMIZERS else None,
                 )
             row = {"optimizer": optimizer, "demos": len(grader.demos), "compile_lm_calls": usage.calls,
                    "compile_s": time.perf_counter() - start,
@@ -90,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
 
-    print(f"\n{args.lm}: {len(dev)} HotpotQA dev passages ({args.limit} questions), {len(train)} train questions\n")
+    taught = f", bootstrap taught by {args.teacher}" if args.teacher else ""
+    sizes = f"{len(dev)} HotpotQA dev passages ({args.limit} questions), {len(train)} train questions"
+    print(f"\n{args.lm}{taught}: {sizes}\n")
     print("| " + " | ".join(COLUMNS) + " |")
     print("|---|" + "--:|" * (len(COLUMNS) - 1))
     for r in rows:
@@ -99,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{r['compile_s']:.0f}", f"{r['grade_s']:.0f}"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     if args.json:
-        write_json(args.json, {"lm": args.lm, "n": len(dev), "rows": rows}, indent=2)
+        write_json(args.json, {"lm": args.lm, "teacher": args.teacher, "n": len(dev), "rows": rows}, indent=2)
     return 0
 
 

@@ -26,8 +26,8 @@ take (``low``: IterDRAG stopping at its first decomposition, every reply read at
   decomposition step, and the ratios of the counted input tokens, output tokens and calls to those of the paths
   the questions took (``Calibration``). With none of its shot count, IterDRAG takes the follow-up rates of its
   other shot counts and no retry ratios.
-- **Bounds and floors when nothing is known.** IterDRAG at every iteration (an upper bound on its calls; also past
-  the last step a finished run decided at), a single-step method's calls once each (a floor that retries add to).
+- **Bounds and floors when nothing is known.** IterDRAG at every iteration (an upper bound on its steps; also past
+  the last step a finished run decided at), a single-step method's calls once each: retries add to both.
 
 Each estimate names its basis: "calibrated (N runs)", "follow-ups (N runs)" (IterDRAG's rates from other shot
 counts), "bound" or "counted". ``Planner`` also turns an estimate into seconds with the sweep's measured ``Speed``.

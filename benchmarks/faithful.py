@@ -1,0 +1,227 @@
+"""Do the methods do what their papers say on the model that answers? EM, F1, recall, context and behaviour.
+
+    python benchmarks/faithful.py [--datasets hotpotqa,musique] [--limit 100] [--train-limit 16]
+                                  [--lm qwen2.5-coder-0.5b] [--teacher qwen2.5-coder-1.5b]
+                                  [--out-dir runs/faithful] [--json FILE]
+
+For each dataset it runs, in this order (the claims first, so a benchmark cut short has them): IterDRAG
+uncompiled and compiled, RAG uncompiled, DRAG compiled, closed-book uncompiled, Self-RAG and CRAG compiled and
+uncompiled, closed-book compiled, and the two oracle rows: the RAG program given the question's gold paragraphs,
+and given all its paragraphs (``OracleRetriever``). "Compiled" is ``bootstrap`` with the teacher LM running DSPy's
+teacher program on the first ``--train-limit`` train questions (2 demonstrations of at most 3 documents each);
+the student LM answers the first ``--limit`` dev questions (hybrid retrieval, k = 5, 8 threads, DSPy's cache off).
+Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its demonstrations), so its row is RAG's.
+
+Each cell is one ``run_experiment`` (the path of ``ragscale run``, tracked in MLflow under the out dir's parent)
+whose summary is written to ``<out-dir>/<dataset>__<cell>__n<limit>.json``: a rerun skips finished cells, so an
+interrupted benchmark resumes where it stopped. Prints one table per dataset (EM, F1, retrieval recall,
+effective context and LM calls per question, the behaviour columns) and the paired comparisons the paper makes,
+each with n and the paired bootstrap 95% CI of the EM difference: compiled DRAG vs RAG, compiled IterDRAG vs
+compiled DRAG, and compiled vs uncompiled for each method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
+from ragscale.experiments.files import write_json
+
+CELLS = (
+    ("iterdrag", "none"),
+    ("iterdrag", "bootstrap"),
+    ("rag", "none"),
+    ("drag", "bootstrap"),
+    ("closed-book", "none"),
+    ("self-rag", "bootstrap"),
+    ("crag", "bootstrap"),
+    ("self-rag", "none"),
+    ("crag", "none"),
+    ("closed-book", "bootstrap"),
+    ("oracle-gold", "none"),
+    ("oracle-all", "none"),
+)
+"""(method or oracle row, optimizer), in the order they run."""
+
+BEHAVIOUR_SHOWN = {
+    "iterdrag": ("questions_with_follow_up", "follow_ups", "answered_follow_ups"),
+    "self-rag": ("retrieval_rate", "relevant_passage_rate", "supported_fully_rate"),
+    "crag": ("corrective_rate", "graded_relevant", "graded_ambiguous"),
+}
+
+PAIRS = (
+    ("compiled DRAG vs RAG", ("drag", "bootstrap"), ("rag", "none")),
+    ("compiled IterDRAG vs compiled DRAG", ("iterdrag", "bootstrap"), ("drag", "bootstrap")),
+    ("IterDRAG compiled vs uncompiled", ("iterdrag", "bootstrap"), ("iterdrag", "none")),
+    ("Self-RAG compiled vs uncompiled", ("self-rag", "bootstrap"), ("self-rag", "none")),
+    ("CRAG compiled vs uncompiled", ("crag", "bootstrap"), ("crag", "none")),
+    ("closed-book compiled vs uncompiled", ("closed-book", "bootstrap"), ("closed-book", "none")),
+    ("RAG vs closed-book", ("rag", "none"), ("closed-book", "none")),
+)
+
+
+class OracleRetriever:
+    """The question's own paragraphs whatever k asks: its gold (supporting) ones, or all of them, in the data's
+    order; another query (a sub-question) finds nothing. The oracle rows of the methods table."""
+
+    def __init__(self, examples, *, gold_only: bool):
+        from ragscale.data import passage_id
+        from ragscale.programs.retrieval import Passage
+
+        self.by_question = {
+            example.question: [
+                Passage(id=passage_id(p["title"], p["text"]), title=p["title"], text=p["text"])
+                for p in example.paragraphs
+                if p["is_supporting"] or not gold_only
+            ]
+            for example in examples
+        }
+
+    def __call__(self, query: str, k: int):
+        return list(self.by_question.get(query, []))
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def records_of(summary: dict, runs_dir: Path) -> dict[str, dict]:
+    """The per-question records of a finished cell, by question id."""
+    path = runs_dir / "work" / summary["mlflow_run_id"] / PREDICTIONS
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {row["id"]: row for row in rows}
+
+
+def behaviour_cell(summary: dict) -> str:
+    shown = BEHAVIOUR_SHOWN.get(summary["method"], ())
+    values = summary.get("behaviour") or {}
+    if not shown:
+        return "none (no defining step)"
+    cells = []
+    for name in shown:
+        value = values.get(name)
+        if value is None:
+            continue
+        rate = name.endswith("_rate") or name.startswith("graded_") or name == "questions_with_follow_up"
+        cells.append(f"{name} {100 * value:.0f}%" if rate else f"{name} {value:.2f}")
+    return ", ".join(cells)
+
+
+def table(dataset: str, cells: dict) -> str:
+    header = ("row", "optimizer", "n", "EM", "F1", "recall", "context / q", "calls / q", "compile calls", "behaviour")
+    lines = [f"\n{dataset}\n", "| " + " | ".join(header) + " |", "|---|---|" + "--:|" * 7 + "---|"]
+    for (row, optimizer), s in cells.items():
+        recall = "" if s.get("retrieval_recall") is None else f"{s['retrieval_recall']:.1f}"
+        lines.append(
+            f"| {row} | {optimizer} | {s['n']} | {s['em']:.1f} | {s['f1']:.1f} | {recall} | "
+            f"{s[EFFECTIVE_CONTEXT]:,.0f} | {s['lm_calls_per_question']:.2f} | {s.get('compile_lm_calls', 0)} | "
+            f"{behaviour_cell(s)} |"
+        )
+    return "\n".join(lines)
+
+
+def comparisons(cells: dict, runs_dir: Path) -> list[dict]:
+    from ragscale.experiments.compare import paired_bootstrap
+
+    out = []
+    for name, a, b in PAIRS:
+        if a not in cells or b not in cells:
+            continue
+        ra, rb = records_of(cells[a], runs_dir), records_of(cells[b], runs_dir)
+        for score in ("em", "f1"):
+            ci = paired_bootstrap(
+                {i: 100 * r[score] for i, r in ra.items()}, {i: 100 * r[score] for i, r in rb.items()}
+            )
+            out.append({"comparison": name, "score": score, "diff": ci.diff, "low": ci.low, "high": ci.high, "n": ci.n})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", default="hotpotqa,musique")
+    parser.add_argument("--limit", type=int, default=100, help="dev questions per dataset (default 100)")
+    parser.add_argument("--train-limit", type=int, default=16, help="train questions the teacher bootstraps on")
+    parser.add_argument("--lm", default="qwen2.5-coder-0.5b", help="the student: it answers every dev question")
+    parser.add_argument("--teacher", default="qwen2.5-coder-1.5b", help="runs the teacher program when compiling")
+    parser.add_argument("--cells", help="comma-separated row:optimizer cells to run (default: all, in order)")
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--out-dir", type=Path, default=Path("runs/faithful"))
+    parser.add_argument("--json", type=Path, help="write every summary and comparison as one JSON file")
+    args = parser.parse_args(argv)
+    cells = CELLS
+    if args.cells:
+        cells = tuple(tuple(c.strip().split(":")) for c in args.cells.split(",") if c.strip())
+        unknown = [c for c in cells if c not in CELLS]
+        if unknown:
+            parser.error(f"unknown cell(s) {unknown}; valid: {', '.join(':'.join(c) for c in CELLS)}")
+
+    from ragscale.experiments.cli import prepare_process
+
+    prepare_process()
+    from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.runner import load_examples, load_named_lm, run_experiment
+
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    runs_dir = args.out_dir.parent
+    lm = teacher = None
+    report: dict = {"lm": args.lm, "teacher": args.teacher, "limit": args.limit, "datasets": {}}
+    for dataset in [d.strip() for d in args.datasets.split(",") if d.strip()]:
+        done: dict = {}
+        for row, optimizer in cells:
+            path = args.out_dir / f"{dataset}__{row}__{optimizer}__n{args.limit}.json"
+            if path.exists():
+                done[(row, optimizer)] = json.loads(path.read_text(encoding="utf-8"))
+                continue
+            oracle = row.startswith("oracle-")
+            compiled = optimizer != "none"
+            config = RunConfig(
+                method="rag" if oracle else row,
+                dataset=dataset,
+                optimizer=optimizer,
+                lm=args.lm,
+                teacher=args.teacher if compiled else None,
+                k=20 if oracle else 5,
+                max_demos=2,
+                max_docs_per_demo=3,
+                limit=args.limit,
+                train_limit=args.train_limit,
+                runs_dir=runs_dir,
+                threads=args.threads,
+                cache=False,
+                run_name=f"faithful-{dataset}-{row}-{optimizer}-n{args.limit}",
+            )
+            lm = lm or load_named_lm(args.lm, cache=False)
+            if compiled:
+                teacher = teacher or load_named_lm(args.teacher, cache=False)
+            retriever = None
+            if oracle:
+                retriever = OracleRetriever(load_examples(config)[1], gold_only=row == "oracle-gold")
+            start = time.perf_counter()
+            summary = run_experiment(
+                config, lm=lm, teacher_lm=teacher if compiled else None, retriever=retriever, progress=False
+            )
+            summary["row"], summary["benchmark_wall_s"] = row, round(time.perf_counter() - start, 1)
+            write_json(path, summary, indent=2)
+            done[(row, optimizer)] = summary
+            print(table(dataset, {(row, optimizer): summary}).splitlines()[-1], flush=True)
+        if ("rag", "none") in done:
+            done[("drag", "none (= rag)")] = {**done[("rag", "none")], "method": "drag"}
+        print(table(dataset, done))
+        pairs = comparisons(done, runs_dir)
+        print("\n| comparison | score | n | difference [95% CI] |\n|---|---|--:|---|")
+        for p in pairs:
+            ci = f"{p['diff']:+.1f} [{p['low']:+.1f}, {p['high']:+.1f}]"
+            print(f"| {p['comparison']} | {p['score']} | {p['n']} | {ci} |")
+        report["datasets"][dataset] = {
+            "cells": [{"row": r, "optimizer": o, **s} for (r, o), s in done.items()],
+            "comparisons": pairs,
+        }
+    if args.json:
+        write_json(args.json, report, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
