@@ -40,7 +40,7 @@ class DecomposeRecursive(dspy.Module):
         for current in [*sub_questions, question]:  # least-to-most: the question itself is solved last
             rankings.append(self.retriever(current, self.k))
             documents = [format_passage(p) for p in most_relevant_last(rankings[-1])]
-            answer = self.answer(documents=documents, answered=answered, question=current).answer
+            answer = self.answer(documents=documents, answered=list(answered), question=current).answer
             answered.append(f"Q: {current} A: {answer}")
             answers.append(answer)
         return dspy.Prediction(

@@ -43,7 +43,7 @@ class IRCoT(dspy.Module):
         passages = rankings[0]
         for _ in range(self.max_steps):
             documents = [format_passage(p) for p in most_relevant_last(passages)]
-            sentence = self.reason(documents=documents, question=question, reasoning=reasoning).next_sentence
+            sentence = self.reason(documents=documents, question=question, reasoning=list(reasoning)).next_sentence
             reasoning.append(sentence)
             if ANSWER_MARKER in sentence.lower():
                 break

@@ -32,6 +32,13 @@ NO_FOLLOW_UP = re.compile(r"(none|no|n/a|no (more |further )?follow[- ]?ups?( (a
 """What a decomposition step writes when no follow-up is needed."""
 
 
+def follow_up_of(text: str) -> str:
+    """The follow-up question a decomposition step wrote, without the "Q: ... A: ..." framing a small model copies
+    from the follow-ups it was shown (a leading "Q:", and everything from an " A:" on)."""
+    question = re.split(r"\s+A:\s", text.strip(), maxsplit=1)[0].strip()
+    return re.sub(r"^Q:\s*", "", question)
+
+
 def no_follow_up(text: str) -> bool:
     """Whether a decomposition step's text says that no follow-up is needed (empty, or "none" and the like)."""
     return not text.strip() or NO_FOLLOW_UP.fullmatch(text.strip(" .!\"'`*")) is not None
@@ -73,12 +80,12 @@ class IterDRAG(dspy.Module):
         follow_ups, sub_questions, intermediate_answers, stop = [], [], [], "max_iterations"
         for _ in range(self.max_iterations):
             try:
-                step = self.decompose(question=question, follow_ups=follow_ups)
+                step = self.decompose(question=question, follow_ups=list(follow_ups))
             except AdapterParseError as error:  # no readable follow-up: answer with what was gathered
                 logger.warning("IterDRAG: unreadable decomposition, answering now: %s", error)
                 stop = "unreadable_follow_up"
                 break
-            sub_question = (step.follow_up or "").strip()
+            sub_question = follow_up_of(step.follow_up or "")
             if no_follow_up(sub_question):
                 stop = "no_follow_up"
                 break

@@ -65,7 +65,7 @@ class SearchChain(dspy.Module):
             chain.append({"query": query, "expected": expected, "supported": check.supported, "answer": answer})
             if not check.supported and replans < self.max_replans:  # corrected or completed: re-plan the rest
                 replans += 1
-                pending = chain_of(self.plan(question=question, checked=checked))
+                pending = chain_of(self.plan(question=question, checked=list(checked)))
         passages = most_relevant_last(merge_by_rank(rankings)[: self.max_passages])
         documents = [format_passage(p) for p in passages]
         answer = self.answer(documents=documents, question=question, follow_ups=checked).answer

@@ -65,7 +65,7 @@ class SelfRAG(dspy.Module):
         rounds, tried, query = [], [], question
         for round_index in range(self.max_rounds):
             if round_index:
-                query = self.rewrite(question=question, tried=tried).query
+                query = self.rewrite(question=question, tried=list(tried)).query
             tried.append(query)
             found = self.retriever(query, self.k)
             grades = [self.grade(question=question, document=format_passage(p)).grade for p in found]

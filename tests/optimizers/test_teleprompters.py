@@ -276,3 +276,13 @@ def test_a_teacher_needs_a_teleprompter_that_runs_one():
         compile_program(
             DRAG(FixedRetriever()), examples(), optimizer="labeled", metric=em_metric, teacher_lm=answering()
         )
+
+
+def test_a_bootstrapped_decomposition_shows_the_follow_ups_as_they_were_when_the_step_was_taken():
+    compiled = compile_iterdrag(following_up(), multi_hop())
+    for demo in compiled.decompose.demos:  # a trace keeps inputs by reference: later appends must not show
+        if demo.follow_up == "none":
+            assert len(demo.follow_ups) == 1
+        else:
+            assert demo.follow_ups == [] and demo.follow_up.startswith("Which city")
+    assert compiled.decompose.demos

@@ -7,7 +7,7 @@ import pytest
 from dspy.utils import DummyLM
 
 from ragscale.programs import DRAG, PROGRAMS, RAG, ClosedBook, IterDRAG, build_program
-from ragscale.programs.iterdrag import no_follow_up
+from ragscale.programs.iterdrag import follow_up_of, no_follow_up
 from ragscale.programs.retrieval import Passage, format_passage
 
 QUESTION = "Who wrote it?"
@@ -193,3 +193,11 @@ def test_iterdrag_reports_its_follow_ups_and_demonstrates_only_with_one_on_a_mul
 @pytest.mark.parametrize("method", ["closed-book", "rag", "drag"])
 def test_a_method_without_a_defining_step_says_so_with_no_behaviour(method):
     assert PROGRAMS[method].behaviour(QUESTION, dspy.Prediction(answer="x", passages=[])) == {}
+
+
+def test_a_follow_up_that_copies_the_q_a_framing_is_read_as_its_question_and_a_copied_one_is_a_repeat():
+    assert follow_up_of("Q: Who wrote it? A: Tolkien") == "Who wrote it?"
+    echo = {"follow_up": "Q: Who wrote it first? A: x"}
+    lm = DummyLM([{"follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, echo, {"answer": "Tolkien"}])
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3), lm)
+    assert (pred.sub_questions, pred.stop) == (["Who wrote it first?"], "repeated_follow_up")
