@@ -1,8 +1,12 @@
-"""DSPy's BootstrapFewShot with the teacher run on several training examples at a time.
+"""DSPy's BootstrapFewShot with the teacher run on several training examples at a time, keeping every step.
 
 DSPy's loop runs one example after another, so a local engine that batches concurrent requests never gets a batch
 to work on. ``ThreadedBootstrapFewShot`` keeps DSPy's selection (the first passing traces in training order) and
-runs the examples in groups.
+runs the examples in groups. Where a predictor ran several times in one trace, DSPy keeps one of those calls, the
+last or one of the others at even odds; for IterDRAG the last decomposition is the "none" that ended the loop, so
+a compiled program could see only stops and learn never to ask. Here every call of a passing trace is a
+demonstration of its predictor, in the order the program made them: a decomposition demo set shows the follow-up
+asked, then the stop.
 """
 
 import logging
@@ -15,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 
 class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
-    """``dspy.BootstrapFewShot`` that runs the teacher on ``threads`` training examples at a time.
+    """``dspy.BootstrapFewShot`` that runs the teacher on ``threads`` training examples at a time and keeps every
+    call of a passing trace (see the module docstring).
 
     DSPy's loop runs one example after another, so a local engine never gets a batch to work on. Here each
     group of ``threads`` examples runs at once (the callers' DSPy settings carried into the workers) and the
@@ -27,6 +32,38 @@ class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
     def __init__(self, *args: Any, threads: int = 1, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.threads = max(1, threads)
+
+    def _bootstrap_one_example(self, example: dspy.Example, round_idx: int = 0) -> bool:
+        """Run the teacher on ``example`` (DSPy's settings: the teacher's, a fresh rollout at temperature 1.0 after
+        round 0) and, if the metric passes, add every call of its trace to ``name2traces``."""
+        trace: list = []
+        success = False
+        try:
+            with dspy.context(trace=[], **self.teacher_settings):
+                lm = dspy.settings.lm
+                if round_idx > 0:
+                    lm = lm.copy(rollout_id=round_idx, temperature=1.0)
+                with dspy.context(lm=lm):
+                    prediction = self.teacher(**example.inputs())
+                    trace = list(dspy.settings.trace)
+            if self.metric is None:
+                success = True
+            else:
+                score = self.metric(example, prediction, trace)
+                success = score >= self.metric_threshold if self.metric_threshold else bool(score)
+        except Exception as error:
+            with self.error_lock:
+                self.error_count += 1
+                errors = self.error_count
+            if errors >= (self.max_errors if self.max_errors is not None else dspy.settings.max_errors):
+                raise
+            logger.error("could not run or score training example %s: %s", example, error)
+        if success:
+            for predictor, inputs, outputs in trace:
+                name = self.predictor2name.get(id(predictor))
+                if name is not None:
+                    self.name2traces[name].append(dspy.Example(augmented=True, **inputs, **outputs))
+        return success
 
     def _bootstrap(self, *, max_bootstraps: int | None = None) -> None:
         import contextvars

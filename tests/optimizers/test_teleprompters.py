@@ -286,3 +286,10 @@ def test_a_bootstrapped_decomposition_shows_the_follow_ups_as_they_were_when_the
         else:
             assert demo.follow_ups == [] and demo.follow_up.startswith("Which city")
     assert compiled.decompose.demos
+
+
+def test_every_step_of_a_passing_trace_is_a_demonstration_the_follow_up_asked_then_the_stop():
+    compiled = compile_iterdrag(following_up(), multi_hop())
+    first, second = compiled.decompose.demos  # DSPy keeps one sampled call per trace: often only the stop
+    assert (first.follow_ups, second.follow_up) == ([], "none")
+    assert first.follow_up == second.follow_ups[0].split(" A: ")[0].removeprefix("Q: ")
