@@ -95,18 +95,14 @@ def records_of(summary: dict, runs_dir: Path) -> dict[str, dict]:
 
 
 def behaviour_cell(summary: dict) -> str:
+    """The method's main behaviour values as ``ragscale compare`` shows them."""
+    from ragscale.experiments.compare import format_behaviour
+
     shown = BEHAVIOUR_SHOWN.get(summary["method"], ())
-    values = summary.get("behaviour") or {}
     if not shown:
         return "none (no defining step)"
-    cells = []
-    for name in shown:
-        value = values.get(name)
-        if value is None:
-            continue
-        rate = name.endswith("_rate") or name.startswith("graded_") or name == "questions_with_follow_up"
-        cells.append(f"{name} {100 * value:.0f}%" if rate else f"{name} {value:.2f}")
-    return ", ".join(cells)
+    values = summary.get("behaviour") or {}
+    return format_behaviour({name: values[name] for name in shown if name in values})
 
 
 def table(dataset: str, cells: dict) -> str:

@@ -149,11 +149,11 @@ def format_behaviour(behaviour: Mapping[str, float]) -> str:
     """``name value`` pairs, rates as percentages; "none" for a method without a defining step."""
     if not behaviour:
         return "none"
-    shown = []
-    for name, value in behaviour.items():
-        is_rate = name.endswith("_rate") or name.startswith("graded_")
-        shown.append(f"{name} {100 * value:.0f}%" if is_rate else f"{name} {value:.2f}")
-    return ", ".join(shown)
+    from ragscale.programs.behaviour import is_rate
+
+    return ", ".join(
+        f"{name} {100 * value:.0f}%" if is_rate(name) else f"{name} {value:.2f}" for name, value in behaviour.items()
+    )
 
 
 def compare_runs(

@@ -3,8 +3,9 @@
 Every program has ``behaviour(question, prediction) -> {name: number}``: the step that makes the method what its
 paper says it is (IterDRAG's follow-ups, Self-RAG's retrieval decision, CRAG's grades and corrective search, ...),
 counted per question so that a run can report it beside EM and a compiled program can be checked for having kept
-it. Names that end in ``_rate`` (and CRAG's ``graded_*`` shares) are 0-1 fractions; the others are counts. A
-method with no defining step beyond retrieve-then-answer (closed-book, RAG, DRAG) returns ``{}``.
+it. Rates (``is_rate``: names that end in ``_rate``, CRAG's ``graded_*`` shares and ``questions_with_*``) are 0-1
+fractions; the others are counts. A method with no defining step beyond retrieve-then-answer (closed-book, RAG,
+DRAG) returns ``{}``.
 """
 
 from collections.abc import Iterable
@@ -13,6 +14,18 @@ from collections.abc import Iterable
 def same_question(text: str) -> str:
     """A question's key for spotting repeats: lower case, no surrounding punctuation, single spaces."""
     return " ".join(str(text).lower().strip(" ?.").split())
+
+
+def is_rate(name: str) -> bool:
+    """Whether the behaviour value ``name`` is a 0-1 fraction (shown as a percentage) rather than a count."""
+    return name.endswith("_rate") or name.startswith(("graded_", "questions_with_"))
+
+
+def sub_question_counts(question: str, sub_questions: Iterable[str]) -> dict[str, float]:
+    """A decomposition's sub-questions, and how many distinct ones differ from the question itself."""
+    asked = list(sub_questions)
+    own = [q for q in asked if same_question(q) != same_question(question)]
+    return {"sub_questions": len(asked), "distinct_sub_questions": distinct(own)}
 
 
 def distinct(texts: Iterable[str]) -> int:

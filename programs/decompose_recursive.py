@@ -10,7 +10,7 @@ answers them and then the question itself, given the ``answered`` pairs so far.
 
 import dspy
 
-from ragscale.programs.behaviour import distinct, same_question
+from ragscale.programs.behaviour import sub_question_counts
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures.methods import AnswerInOrder, ListSubQuestions
 
@@ -31,8 +31,7 @@ class DecomposeRecursive(dspy.Module):
     @staticmethod
     def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
         """Sub-questions answered, and how many differ from the question itself."""
-        subs = [q for q in prediction.sub_questions if same_question(q) != same_question(question)]
-        return {"sub_questions": len(prediction.sub_questions), "distinct_sub_questions": distinct(subs)}
+        return sub_question_counts(question, prediction.sub_questions)
 
     def forward(self, question: str) -> dspy.Prediction:
         sub_questions = self.decompose(question=question).sub_questions[: self.max_sub_questions]

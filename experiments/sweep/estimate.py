@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.sweep.grid import BASELINE, Point
+from ragscale.optimizers.demos import NO_FOLLOW_UP
 
 if TYPE_CHECKING:
     from ragscale.experiments.sweep.speed import Speed
@@ -151,7 +152,7 @@ class Script:
             self.decided[signature.__name__] += 1
             yes = step < self.follow_ups
             if not yes:
-                text = "none"
+                text = NO_FOLLOW_UP
             elif step < len(self.seen):
                 text = self.seen[step][0]
             else:

@@ -5,7 +5,15 @@ import json
 import pytest
 
 from ragscale.experiments import tracking
-from ragscale.experiments.compare import RunResult, compare_runs, find_run, format_table, load_runs, paired_bootstrap
+from ragscale.experiments.compare import (
+    RunResult,
+    compare_runs,
+    find_run,
+    format_behaviour,
+    format_table,
+    load_runs,
+    paired_bootstrap,
+)
 
 
 def scores(pattern: str) -> dict[str, float]:
@@ -131,3 +139,9 @@ def test_the_compare_command_prints_the_table_with_cis(tmp_path, capsys):
     assert "| closed-book |" in out and "baseline" in out and "+50.0 [" in out
     rows = json.loads((tmp_path / "cmp.json").read_text())
     assert rows[1]["em_diff"]["low"] > 0
+
+
+def test_behaviour_shows_rates_as_percentages_and_counts_as_numbers():
+    shown = format_behaviour({"questions_with_follow_up": 0.57, "follow_ups": 0.6, "graded_relevant": 0.25})
+    assert shown == "questions_with_follow_up 57%, follow_ups 0.60, graded_relevant 25%"
+    assert format_behaviour({}) == "none"
