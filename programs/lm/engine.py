@@ -22,12 +22,12 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
   running batch's KV buffers have spare rows, slack columns and room to grow (``kv.BufferLayer``): a joining
   request is copied into a spare row and a finished row is overwritten by the last row, so neither copies the
   batch's keys and values, which would cost as much as the decode steps it saves on long prompts.
-- A batch of more than ``prefill_tokens`` (rows x padded width, default 1,024) is prefilled in groups of rows, one
-  forward pass per group, into the batch's buffers: on a CPU one pass over many long rows costs more per row than
-  several smaller passes (``docs/engine.md``).
-- Shared-prefix KV cache: the longest token prefix common to the batch (or to a prefix retained from earlier
-  calls) is prefilled once; every row reuses its keys/values. Rows are laid out as prefix + padding + suffix, with
-  the padding masked out and positions continuing after the prefix.
+- Prefix cache (``prefix_cache.PrefixCache``, a radix tree of token ids bounded in bytes): each row of a batch
+  is prefilled in its own forward pass, after the keys/values of the longest prefix of its prompt that any
+  earlier request computed (the system turn, the demonstrations, a multi-call method's growing prompt); then its
+  whole prompt is stored, so the next row of the same batch already shares it. One pass per row also suits a
+  CPU, where one pass over many long rows costs more per row than several smaller ones (``docs/engine.md``).
+  ``prompt_tokens`` counts the prompt tokens sent, ``computed_tokens`` those the model computed.
 - Constrained choice: a request whose ``response_format`` is a JSON schema of one string ``enum`` (what the
   adapter sends for a ``Literal``, ``Enum`` or ``bool`` output field) is not sampled. Every option is appended to
   the prompt (after a space) and scored by the sum of its tokens' log-probabilities. Each request's prompt is
@@ -55,6 +55,8 @@ _SHARED_LOCK = threading.Lock()
 # a running batch's KV buffers leave room for requests that join it without copying its rows: spare rows up to
 # max_batch_size, SLACK columns on the left for a joining prompt longer than the batch, ROOM columns on the right
 SLACK, ROOM = 128, 256
+PREFIX_CACHE_BYTES = 512 << 20
+"""The prefix cache's default bound: 512 MiB of keys/values (about 21,000 tokens of Qwen2.5-0.5B in float32)."""
 
 
 @dataclass(eq=False)
@@ -87,14 +89,6 @@ class _Running:
     logits: Any
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def enum_choices(response_format: Any) -> list[str] | None:
     """The options of a ``response_format`` that is a JSON schema of one string enum, else None."""
     if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
@@ -125,13 +119,13 @@ class TorchEngine:
         wait_s: float = 0.01,
         prefix_cache: bool = True,
         min_prefix_tokens: int = 16,
-        prefix_slots: int = 4,
-        prefill_tokens: int = 1024,
+        prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
     ) -> None:
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.max_batch_size, self.wait_s = max_batch_size, wait_s
-        self.prefix_cache, self.min_prefix_tokens, self.prefix_slots = prefix_cache, min_prefix_tokens, prefix_slots
-        self.prefill_tokens = prefill_tokens
+        from ragscale.programs.lm.prefix_cache import PrefixCache
+
+        self.prefixes = PrefixCache(prefix_cache_bytes, min_prefix_tokens) if prefix_cache else None
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
         self._eos = self._eos_ids()
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
@@ -140,9 +134,9 @@ class TorchEngine:
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._preparing = 0  # callers inside complete() that have not queued their request yet
-        self._slots: list[tuple[list[int], Any]] = []  # retained (token ids, batch-1 KV cache), most recent first
         self.batch_sizes: Counter[int] = Counter()  # batch size -> number of batches run
-        self.prefix_tokens_reused = 0  # prompt tokens served from a shared prefix instead of recomputed
+        self.prompt_tokens = 0  # prompt tokens of the requests prefilled (choices' options not included)
+        self.computed_tokens = 0  # of those, the ones the model computed (the rest came from the prefix cache)
         self.joined = 0  # requests that joined a batch already decoding
         # where the worker's time goes: seconds spent in "prefill", "decode" and "choose", decode "steps" run and
         # "rows" decoded over them (rows / steps is the mean decode batch), and "joins in place" (see _merge)
@@ -181,6 +175,8 @@ class TorchEngine:
     def complete(self, request: Any) -> Any:
         from dspy.lm15 import ContextLengthError, Message, Response, UnsupportedFeatureError, Usage
 
+        from ragscale.programs.lm.prefix_cache import common_prefix
+
         config = request.config
         max_new = config.max_tokens or 256
         choices = enum_choices(config.response_format)
@@ -206,7 +202,7 @@ class TorchEngine:
             job.wants_text = bool(request.messages) and request.messages[-1].role == "assistant"
             if choices:
                 job.options = options
-                job.option_starts = [min(_common_prefix(ids, o), len(o) - 1) for o in options]
+                job.option_starts = [min(common_prefix(ids, o), len(o) - 1) for o in options]
             self._submit(job)
         finally:
             with self._start_lock:
@@ -241,7 +237,8 @@ class TorchEngine:
                 self._queue.put(None)
                 self._worker.join()
                 self._worker = None
-            self._slots = []
+            if self.prefixes is not None:
+                self.prefixes.clear()
 
     def __deepcopy__(self, memo: dict) -> TorchEngine:
         return self  # the weights and the worker are shared, never copied
@@ -364,44 +361,6 @@ class TorchEngine:
             job.done.set()
 
     # -- generation -----------------------------------------------------------------------------------------------
-    def _prefix(self, jobs: list[_Job]) -> tuple[int, Any]:
-        """(length, batch-1 KV cache) of a prefix every job shares, or (0, None).
-
-        The longest match among the retained prefixes wins; otherwise the batch's own common prefix is
-        prefilled and retained. A single request with no match gets (0, None): its whole prompt is prefilled in
-        one pass and :meth:`_prefill` retains it (the next request may share its start).
-        """
-        if not self.prefix_cache:
-            return 0, None
-        from transformers import DynamicCache
-
-        shortest = min(len(j.ids) for j in jobs) - 1  # every row keeps at least one token to prefill
-        common = min([_common_prefix(jobs[0].ids, j.ids) for j in jobs[1:]] + [shortest])
-        best, n = None, 0
-        for slot in self._slots:
-            match = min(common, _common_prefix(slot[0], jobs[0].ids))
-            if match > n:
-                best, n = slot, match
-        if best is not None and n >= self.min_prefix_tokens:
-            if n < len(best[0]):  # a shorter slot made of views of the longer one, which stays
-                layers = [(k[:, :, :n], v[:, :, :n]) for k, v, *_ in best[1]]
-                best = (best[0][:n], DynamicCache(layers, config=self.model.config))
-            self._remember(best)
-            return n, best[1]
-        if common < self.min_prefix_tokens or len(jobs) == 1:
-            return 0, None
-        import torch
-
-        cache = DynamicCache(config=self.model.config)
-        ids = torch.tensor([jobs[0].ids[:common]], device=self.model.device)
-        self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        self._remember((jobs[0].ids[:common], cache))
-        return common, cache
-
-    def _remember(self, slot: tuple[list[int], Any]) -> None:
-        others = [s for s in self._slots if s is not slot and s[0] != slot[0]]
-        self._slots = [slot, *others][: self.prefix_slots]
-
     def _pick(self, logits: Any, jobs: list[_Job]) -> list[int]:
         import torch
 
@@ -425,74 +384,61 @@ class TorchEngine:
         return any(s and s in tail for s in job.stops)
 
     def _prefill(self, jobs: list[_Job], running: bool = False) -> tuple[Any, Any, Any, Any]:
-        """Forward passes over the batch laid out as shared prefix + left padding + suffix.
+        """Prefill each row in its own forward pass after its longest cached prefix, into one batch's buffers.
 
-        Returns (logits of the last position, KV cache, attention mask, next position ids). The cache of a
-        ``running`` batch (one that decodes and that later requests join) has room for them: spare rows, slack
-        columns and ``ROOM`` more positions.
+        Rows are right-aligned (left padding, masked out and zeroed). Returns (logits of each row's last position,
+        KV cache, attention mask, next position ids). The cache of a ``running`` batch (one that decodes and that
+        later requests join) has room for them: spare rows, slack columns and ``ROOM`` more positions.
         """
         import torch
         from transformers import DynamicCache
 
-        n_prefix, prefix = self._prefix(jobs)
         self.batch_sizes[len(jobs)] += 1
-        self.prefix_tokens_reused += n_prefix * len(jobs)
-        rows = [j.ids[n_prefix:] for j in jobs]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(jobs), width), self._pad, dtype=torch.long)
-        mask = torch.zeros((len(jobs), n_prefix + width), dtype=torch.long)
-        mask[:, :n_prefix] = 1
-        for i, row in enumerate(rows):
-            ids[i, width - len(row) :] = torch.tensor(row)
-            mask[i, n_prefix + width - len(row) :] = 1
-        ids, mask = ids.to(self.model.device), mask.to(self.model.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, n_prefix:]
-        # a fresh cache per batch, one buffer per layer sized for the whole generation: the retained prefix is
-        # copied in once and every step writes its keys/values in place (concatenating would copy it all per step)
-        capacity = n_prefix + width + max(j.max_new for j in jobs) + (ROOM if running else 0)
+        width = max(len(j.ids) for j in jobs)
+        capacity = width + max(j.max_new for j in jobs) + (ROOM if running else 0)
         spare, slack = (max(0, self.max_batch_size - len(jobs)), SLACK) if running else (0, 0)
-        cache = self._buffers(prefix, len(jobs), capacity, spare, slack)
-        logits = self._forward_in_groups(ids, mask, positions, cache)
-        if self.prefix_cache and len(jobs) == 1 and n_prefix == 0 and width >= self.min_prefix_tokens:
-            layers = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
-            self._remember((list(jobs[0].ids), DynamicCache(layers, config=self.model.config)))
-        return logits[:, -1:, :], cache, mask, positions[:, -1:] + 1
+        cache = self._buffers(len(jobs), capacity, spare, slack)
+        end = slack + width  # every row ends here
+        mask = torch.zeros((len(jobs), width), dtype=torch.long, device=self.model.device)
+        logits = []
+        for row, job in enumerate(jobs):
+            begin = end - len(job.ids)
+            n, prefix = self.prefixes.match(job.ids, limit=len(job.ids) - 1) if self.prefixes else (0, None)
+            views = [layer.row_view(row, begin, begin) for layer in cache.layers]
+            for view, (k, v) in zip(views, prefix or (), strict=False):
+                view.update(k, v)  # the cached prefix's keys/values, copied into this row
+            part = DynamicCache(config=self.model.config)
+            part.layers = views
+            ids = torch.tensor([job.ids[n:]], device=self.model.device)
+            positions = torch.arange(n, len(job.ids), device=self.model.device)[None]
+            ones = torch.ones((1, len(job.ids)), dtype=torch.long, device=self.model.device)
+            logits.append(self._forward(ids, ones, positions, part, keep=1))
+            mask[row, width - len(job.ids) :] = 1
+            for layer in cache.layers:
+                layer.zero_row(row, slack, begin)  # padding: masked out, but it must hold numbers, not NaN
+            self.prompt_tokens += len(job.ids)
+            self.computed_tokens += len(job.ids) - n
+            if self.prefixes is not None:
+                self.prefixes.insert(job.ids, [(view.keys, view.values) for view in views])
+        for layer in cache.layers:
+            layer.grow(end)
+        next_pos = torch.tensor([[len(j.ids)] for j in jobs], device=self.model.device)
+        return torch.cat(logits)[:, -1:, :], cache, mask, next_pos
 
-    def _buffers(self, prefix: Any, rows: int, capacity: int, spare: int, slack: int) -> Any:
-        """A cache of ``kv.BufferLayer``s for ``rows`` rows, each starting with ``prefix`` (a batch-1 cache; None:
-        empty, so that the buffers exist before the passes of :meth:`_forward_in_groups` fill their rows)."""
+    def _buffers(self, rows: int, capacity: int, spare: int, slack: int) -> Any:
+        """An empty cache of ``kv.BufferLayer``s for ``rows`` rows of ``capacity`` positions, allocated now so that
+        the rows' passes of :meth:`_prefill` write into them."""
         import torch
         from transformers import DynamicCache
 
         from ragscale.programs.lm.kv import BufferLayer
 
         cache = DynamicCache(config=self.model.config)
-        if prefix is None:
-            config = self.model.config
-            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-            shape = (1, config.num_key_value_heads, 0, dim)
-            empty = torch.empty(shape, dtype=self.model.dtype, device=self.model.device)
-            prefix = [(empty, empty)] * len(cache.layers)
-        cache.layers = [BufferLayer(rows, capacity, k, v, spare_rows=spare, slack=slack) for k, v, *_ in prefix]
+        config = self.model.config
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        empty = torch.empty((1, config.num_key_value_heads, 0, dim), dtype=self.model.dtype, device=self.model.device)
+        cache.layers = [BufferLayer(rows, capacity, empty, empty, spare_rows=spare, slack=slack) for _ in cache.layers]
         return cache
-
-    def _forward_in_groups(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
-        """:meth:`_forward` over the rows of ``ids`` in groups of at most ``prefill_tokens`` (rows x width), each
-        pass writing into row views of ``cache``'s buffers, which are then marked filled; the logits of all rows."""
-        import torch
-        from transformers import DynamicCache
-
-        width = ids.shape[1]
-        end = cache.layers[0].length + width
-        group, logits = max(1, self.prefill_tokens // width), []  # rows per forward pass
-        for start in range(0, len(ids), group):
-            stop = min(start + group, len(ids))
-            part = DynamicCache(config=self.model.config)
-            part.layers = [layer.rows_view(start, stop) for layer in cache.layers]
-            logits.append(self._forward(ids[start:stop], mask[start:stop], positions[start:stop], part, keep=1))
-        for layer in cache.layers:
-            layer.grow(end)
-        return torch.cat(logits)
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> Any:
         """The model's logits for the last ``keep`` of ``ids`` (0: all), writing their keys/values to ``cache``."""

@@ -52,18 +52,23 @@ class BufferLayer(DynamicLayer):
         self.length = end
         return self._expose()
 
-    def rows_view(self, start: int, stop: int) -> "BufferLayer":
-        """A layer over rows ``start:stop`` of this one's buffers (no copy): a forward pass on those rows alone
-        writes its keys/values here. Call :meth:`grow` on this layer afterwards."""
-        view = BufferLayer(stop - start, 0)
-        view._keys, view._values = self._keys[start:stop], self._values[start:stop]
-        view.capacity, view.start, view.length = self.capacity, self.start, self.length
+    def row_view(self, row: int, start: int, length: int) -> "BufferLayer":
+        """A layer over one row of this one's buffers (no copy), filled over columns ``start:length``: a forward
+        pass on that row alone writes its keys/values after them. Call :meth:`grow` on this layer afterwards."""
+        view = BufferLayer(1, 0)
+        view._keys, view._values = self._keys[row : row + 1], self._values[row : row + 1]
+        view.capacity, view.start, view.length = self.capacity, start, length
         view.dtype, view.device, view.is_initialized = self.dtype, self.device, True
         view._expose()
         return view
 
+    def zero_row(self, row: int, start: int, stop: int) -> None:
+        """Zero columns ``start:stop`` of ``row`` (padding: masked out, but NaN times a zero weight is still NaN)."""
+        self._keys[row, :, start:stop] = 0
+        self._values[row, :, start:stop] = 0
+
     def grow(self, length: int) -> None:
-        """Mark the positions up to ``length`` filled (after :meth:`rows_view` passes wrote them)."""
+        """Mark the positions up to ``length`` filled (after :meth:`row_view` passes wrote them)."""
         self.length = length
         self._expose()
 

@@ -8,6 +8,7 @@ import pytest
 
 from ragscale.programs.lm import context_window, count_tokens
 from ragscale.programs.lm.engine import TorchEngine, _Job
+from ragscale.programs.lm.prefix_cache import common_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -165,14 +166,16 @@ def test_reusing_a_shared_prefix_cache_gives_the_same_outputs_as_recomputing(eng
     generate(plain, expected)
     batch = jobs_for(shared, prompts)
     generate(shared, batch)
-    assert shared.prefix_tokens_reused > 0 and plain.prefix_tokens_reused == 0
+    assert plain.computed_tokens == plain.prompt_tokens == shared.prompt_tokens
+    # the first row is computed whole; the next two rows of the same batch reuse its demonstrations
+    assert shared.computed_tokens < len(batch[0].ids) + 2 * (len(batch[1].ids) - len(demos) // 8)
     assert texts(shared, batch) == texts(plain, expected)
-    later = jobs_for(shared, [f"{demos}\n\n{city_question(5)}"])  # alone, served by the retained prefix
-    reused = shared.prefix_tokens_reused
+    later = jobs_for(shared, [f"{demos}\n\n{city_question(5)}"])  # alone, served by the cached prefix
+    computed = shared.computed_tokens
     generate(shared, later)
     alone = jobs_for(plain, [f"{demos}\n\n{city_question(5)}"])
     generate(plain, alone)
-    assert shared.prefix_tokens_reused > reused
+    assert shared.computed_tokens - computed == len(later[0].ids) - common_prefix(later[0].ids, batch[0].ids)
     assert texts(shared, later) == texts(plain, alone)
 
 
@@ -239,15 +242,13 @@ def test_a_closed_choice_is_the_option_with_the_highest_log_likelihood(lm, engin
 def test_a_batch_of_choices_scores_every_option_as_a_from_scratch_pass_does(engine):
     import torch
 
-    from ragscale.programs.lm.engine import _common_prefix
-
     options = ["relevant", "ambiguous", "irrelevant", "New York City"]  # options of 1 to 4 tokens
     jobs = jobs_for(engine, [city_question(i) for i in range(4)] + [EIFFEL])
     expected = []
     for job in jobs:
         prompt = engine.tokenizer.decode(job.ids)
         job.options = [engine.tokenizer(f"{prompt} {o}", add_special_tokens=False).input_ids for o in options]
-        job.option_starts = [min(_common_prefix(job.ids, o), len(o) - 1) for o in job.options]
+        job.option_starts = [min(common_prefix(job.ids, o), len(o) - 1) for o in job.options]
         for full, start in zip(job.options, job.option_starts, strict=True):
             with torch.inference_mode():
                 logp = engine.model(torch.tensor([full])).logits[0].float().log_softmax(-1)
@@ -280,32 +281,79 @@ def test_a_json_schema_other_than_one_string_enum_is_refused(lm):
         lm(messages=ask("hi"), response_format=schema)
 
 
-def test_a_single_request_is_prefilled_in_one_pass_and_its_prompt_serves_the_next_one(engine):
+def test_a_second_request_computes_only_the_tokens_after_the_prefix_it_shares_with_the_first(engine):
     demos = "\n".join(f"Example: the museum of Bob {i} is in {c}." for i, c in enumerate(CITIES * 2))
     plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
     shared = TorchEngine(engine.model, engine.tokenizer, prefix_cache=True)
+    seen: list[int] = []
     for i in (1, 2):
         job, expected = (jobs_for(e, [f"{demos}\n\n{city_question(i)}"]) for e in (shared, plain))
-        reused = shared.prefix_tokens_reused
+        computed = shared.computed_tokens
         generate(shared, job)
         generate(plain, expected)
         assert texts(shared, job) == texts(plain, expected)
-        # the first prompt is computed whole; the second reuses its keys/values up to where the two differ
-        assert (shared.prefix_tokens_reused > reused) == (i == 2)
+        new = len(job[0].ids) - common_prefix(job[0].ids, seen)
+        assert shared.computed_tokens - computed == new
+        seen = job[0].ids
+    assert shared.prompt_tokens == plain.prompt_tokens and shared.computed_tokens < plain.computed_tokens
+    assert shared.prefixes.hits == 1
 
 
-@pytest.mark.parametrize("prefix_cache", [False, True])
-def test_a_batch_longer_than_one_prefill_pass_is_prefilled_in_groups_of_rows(engine, prefix_cache, monkeypatch):
+def test_each_row_is_prefilled_in_its_own_pass_after_its_cached_prefix(engine, monkeypatch):
     demos = "\n".join(f"Example: the museum of Eve {i} is in {c}." for i, c in enumerate(CITIES))
     prompts = [f"{demos}\n\n{city_question(i)}" + " Please." * i for i in range(3)]  # unequal lengths: padding
-    whole = TorchEngine(engine.model, engine.tokenizer, prefix_cache=prefix_cache)
-    expected = jobs_for(whole, prompts)
-    generate(whole, expected)
-    grouped = TorchEngine(engine.model, engine.tokenizer, prefix_cache=prefix_cache, prefill_tokens=1)
+    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    expected = jobs_for(plain, prompts)
+    generate(plain, expected)
+    shared = TorchEngine(engine.model, engine.tokenizer)
     passes = []
-    forward = grouped._forward
-    monkeypatch.setattr(grouped, "_forward", lambda ids, *a, **k: passes.append(ids.shape) or forward(ids, *a, **k))
-    batch = jobs_for(grouped, prompts)
-    generate(grouped, batch)
-    assert texts(grouped, batch) == texts(whole, expected)
-    assert [rows for rows, width in passes[:3]] == [1, 1, 1]  # one row per prefill pass, then decoding
+    forward = shared._forward
+    monkeypatch.setattr(shared, "_forward", lambda ids, *a, **k: passes.append(ids.shape) or forward(ids, *a, **k))
+    batch = jobs_for(shared, prompts)
+    generate(shared, batch)
+    assert texts(shared, batch) == texts(plain, expected)
+    first = len(batch[0].ids)
+    widths = [first] + [len(j.ids) - common_prefix(j.ids, batch[0].ids) for j in batch[1:]]
+    assert passes[:3] == [(1, w) for w in widths]  # one row per pass, then decoding
+
+
+def test_the_prefix_cache_stays_within_its_bound_and_evicts_what_was_used_least_recently(engine):
+    [probe] = jobs_for(engine, [city_question(0)])
+    config = engine.model.config
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head * engine.model.dtype.itemsize
+    bound = int(1.5 * len(probe.ids)) * per_token  # room for one prompt and a half
+    small = TorchEngine(engine.model, engine.tokenizer, prefix_cache_bytes=bound, min_prefix_tokens=4)
+    prompts = [f"Note {i}: the museum of Zoe is in {c}.\n" + city_question(i) for i, c in enumerate(CITIES[:3])]
+    for prompt in prompts:
+        generate(small, jobs_for(small, [prompt], max_new=2))
+        assert 0 < small.prefixes.nbytes <= bound
+    assert small.prefixes.evicted > 0
+    computed = small.computed_tokens
+    [last] = jobs_for(small, [prompts[-1]], max_new=2)
+    generate(small, [last])  # the most recent prompt is still held: only its last token is computed
+    assert small.computed_tokens - computed == 1
+
+
+def test_eight_threads_with_shared_and_distinct_prefixes_get_their_sequential_answers(engine):
+    demos = "\n".join(f"Example: the museum of Ann {i} is in {c}." for i, c in enumerate(CITIES * 2))
+    prompts = [f"{demos}\n\n{city_question(i)}" if i % 2 else city_question(i) for i in range(8)]
+    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    sequential = []
+    for p in prompts:
+        job = jobs_for(plain, [p])
+        generate(plain, job)
+        sequential.append(texts(plain, job)[0])
+    shared = TorchEngine(engine.model, engine.tokenizer)
+    jobs = jobs_for(shared, prompts)
+
+    def submit(job):
+        shared._submit(job)
+        assert job.done.wait(120)
+        return engine.tokenizer.decode(job.tokens)
+
+    with ThreadPoolExecutor(8) as pool:
+        parallel = list(pool.map(submit, jobs))
+    shared.close()
+    assert parallel == sequential
+    assert shared.computed_tokens < shared.prompt_tokens  # the demonstrations were computed once, not four times
