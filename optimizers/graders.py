@@ -6,6 +6,12 @@ every Grade predictor of a program on its own task: ``grade_examples`` turns que
 (question, document) -> grade examples, one supporting paragraph ("relevant") and one other paragraph
 ("irrelevant") per question, and the run's teleprompter compiles a fresh ``Predict(Grade)`` on them against
 ``grade_match``. Its demonstrations (and, from ``mipro``, its instructions) replace those of the program's graders.
+
+The demonstrations are balanced across the labels (``balance_labels``): a small model shown demonstrations of
+one label answers that label to every passage, and the teleprompters alone often keep one label only (a sample of
+four labelled examples can be all "irrelevant"; a teacher that calls every passage relevant passes the metric only
+on the relevant ones). What the teleprompter kept comes first, label by label; a label it kept too few of is
+topped up with labelled examples, as bootstrap tops up a predictor it left short.
 """
 
 from collections.abc import Sequence
@@ -39,6 +45,23 @@ def grade_match(example: dspy.Example, pred: dspy.Prediction, trace=None) -> flo
     return float(pred.grade == example.grade)
 
 
+def balance_labels(
+    learned: Sequence[dspy.Example], labelled: Sequence[dspy.Example], k: int, key: str = "grade"
+) -> list[dspy.Example]:
+    """At most ``k`` demonstrations, as many of each label (``key``) as ``k`` allows, taken in turns: the ``learned``
+    ones of a label first, then ``labelled`` examples of that label that are not shown yet (same question and
+    document)."""
+    labels = list(dict.fromkeys(str(e.get(key)) for e in labelled))
+    chosen = {label: [d for d in learned if str(d.get(key)) == label] for label in labels}
+    shown = {(d.get("question"), d.get("document")) for d in learned}
+    for example in labelled:
+        if (example.get("question"), example.get("document")) not in shown and str(example.get(key)) in chosen:
+            chosen[str(example.get(key))].append(example)
+            shown.add((example.get("question"), example.get("document")))
+    turns = [chosen[label][i] for i in range(k) for label in labels if i < len(chosen[label])]
+    return turns[:k]
+
+
 def graders(program: dspy.Module) -> list[dspy.Predict]:
     """The program's predictors whose signature is Grade's (question, document -> grade)."""
     fields = set(Grade.fields)
@@ -63,7 +86,8 @@ def compile_graders(
         dspy.Predict(Grade), labelled, optimizer=optimizer, metric=grade_match, max_demos=max_demos, **kwargs
     )
     learned = grader.predictors()[0]
+    demos = balance_labels(learned.demos, labelled, max_demos)
     for target in targets:
-        target.demos = [dspy.Example(dict(demo.items())) for demo in learned.demos]
+        target.demos = [dspy.Example(dict(demo.items())) for demo in demos]
         target.signature = target.signature.with_instructions(learned.signature.instructions)
     return program

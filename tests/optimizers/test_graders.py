@@ -6,7 +6,7 @@ import dspy
 from dspy.utils import DummyLM
 
 from ragscale.data import load_jsonl
-from ragscale.optimizers.graders import compile_graders, grade_examples, grade_match, graders
+from ragscale.optimizers.graders import balance_labels, compile_graders, grade_examples, grade_match, graders
 from ragscale.programs import CRAG, RAG
 from ragscale.programs.retrieval import Passage
 
@@ -40,19 +40,33 @@ def test_labeled_crag_graders_get_label_demos_and_other_predictors_keep_theirs()
     compile_graders(program, load_jsonl(FIXTURE), optimizer="labeled", max_demos=4)
     (grader,) = graders(program)
     assert grader is program.grade and len(grader.demos) == 4
-    assert {d.grade for d in grader.demos} <= {"relevant", "irrelevant"}
+    assert sorted(d.grade for d in grader.demos) == ["irrelevant", "irrelevant", "relevant", "relevant"]
     assert all(set(d.keys()) == {"question", "document", "grade"} for d in grader.demos)
     assert program.answer.demos == [] and program.rewrite.demos == []
     assert graders(RAG(no_retrieval)) == []
 
 
-def test_bootstrapped_graders_keep_only_traces_that_match_the_label():
+def test_bootstrapped_graders_keep_traces_that_match_the_label_and_a_missing_label_is_topped_up():
     lm = DummyLM([{"grade": "relevant"}] * 50)  # right on the supporting paragraphs, wrong on the others
     program = CRAG(no_retrieval, k=2)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        compile_graders(program, load_jsonl(FIXTURE)[:4], optimizer="bootstrap", max_demos=2)
-    assert [d.grade for d in program.grade.demos] == ["relevant", "relevant"]
-    assert all(d.get("augmented") for d in program.grade.demos)
+        compile_graders(program, load_jsonl(FIXTURE)[:4], optimizer="bootstrap", max_demos=4)
+    demos = program.grade.demos
+    assert [d.grade for d in demos] == ["relevant", "irrelevant", "relevant", "irrelevant"]
+    assert [bool(d.get("augmented")) for d in demos] == [True, False, True, False]  # traces, then labels
+    assert len({(d.question, d.document) for d in demos}) == 4
+
+
+def test_demonstrations_take_the_labels_in_turns_learned_ones_first():
+    def ex(question, grade):
+        return dspy.Example(question=question, document="d", grade=grade).with_inputs("question", "document")
+
+    learned = [ex("a", "irrelevant"), ex("b", "irrelevant"), ex("c", "irrelevant")]
+    labelled = [ex("d", "relevant"), ex("a", "irrelevant"), ex("e", "relevant"), ex("f", "relevant")]
+    picked = balance_labels(learned, labelled, k=4)
+    assert [(d.question, d.grade) for d in picked] == [
+        ("d", "relevant"), ("a", "irrelevant"), ("e", "relevant"), ("b", "irrelevant")
+    ]  # fmt: skip
 
 
 def test_none_leaves_the_graders_untrained():
