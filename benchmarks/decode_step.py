@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     for layout in args.layouts.split(","):
         if layout not in ("packed", "dense"):
             parser.error(f"--layouts: unknown layout {layout!r}; valid: packed, dense")
-        model, _ = load_model(args.model, pack=layout == "packed")
+        model, _ = load_model(args.model, weights="fp32" if layout == "packed" else "dense")
         results[layout] = {}
         with torch.inference_mode():
             for length in [int(n) for n in args.lengths.split(",")]:

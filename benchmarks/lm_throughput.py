@@ -1,9 +1,14 @@
 """How fast the local LM engine serves DSPy: prefill/decode tokens/s and questions per minute.
 
     python benchmarks/lm_throughput.py --model smollm2-135m --limit 16 --json runs/lm_throughput.json
+                                       [--weights fp32] [--layouts fp32,int8] [--llama-bench PATH]
 
-1. Prefill and decode tokens/s of the model at batch 1, 4 and 8 (512-token HotpotQA prompts, 32 decode steps,
-   the same cache layout the engine uses).
+0. For each weight layout of ``--layouts`` (``programs/lm/layouts.py``), in one run: prefill tokens/s of one
+   512-token prompt and decode tokens/s at 1 and 8 rows; with ``--llama-bench`` (a llama.cpp ``llama-bench``
+   binary, an optional anchor), llama.cpp's prefill (512 tokens) and one-row decode on the same GGUF file, with
+   the same number of threads.
+1. Prefill and decode tokens/s of the engine's model (``--weights``) at batch 1, 4 and 8 (512-token HotpotQA
+   prompts, 32 decode steps, the same cache layout the engine uses).
 2. Questions per minute through ``dspy.LM`` (DSPy cache off) at 1 and 8 threads, for
    - short prompts: one HotpotQA dev paragraph + question, <= 200 input tokens;
    - DRAG-shaped prompts: ~1,000 tokens of demonstrations shared by every question (from dev questions that
@@ -70,7 +75,8 @@ def short_messages(engine, examples: list[dict]) -> list[list[dict]]:
 
 
 def model_speed(engine, examples: list[dict], batch: int, length: int = 512, steps: int = 32) -> tuple[float, float]:
-    """(prefill, decode) tokens/s of the bare model on ``batch`` rows of ``length`` tokens."""
+    """(prefill, decode) tokens/s of the bare model on ``batch`` rows of ``length`` tokens (``engine``: anything
+    with ``model`` and ``tokenizer``)."""
     import torch
     from transformers import DynamicCache
 
@@ -90,6 +96,37 @@ def model_speed(engine, examples: list[dict], batch: int, length: int = 512, ste
         decode = time.perf_counter() - start
     release_openmp_threads()  # the engine's worker runs the model next; see programs/lm/openmp.py
     return batch * length / prefill, batch * steps / decode
+
+
+def layout_speeds(model: str, layouts: list[str], examples: list[dict]) -> dict:
+    """Prefill (batch 1) and decode (1 and 8 rows) tokens/s of ``model`` in each weight layout, loaded in turn."""
+    from types import SimpleNamespace
+
+    from ragscale.programs.lm.models import load_model
+
+    out = {}
+    for layout in layouts:
+        loaded, tokenizer = load_model(model, weights=layout)
+        bare = SimpleNamespace(model=loaded, tokenizer=tokenizer)
+        prefill, one = model_speed(bare, examples, 1)
+        _, eight = model_speed(bare, examples, 8)
+        out[layout] = {"prefill_tok_s": round(prefill, 1), "decode_tok_s": {"1": round(one, 1), "8": round(eight, 1)}}
+        del loaded, bare
+    return out
+
+
+def llama_bench(binary: Path, model: str, threads: int) -> dict:
+    """llama.cpp's prefill (512 tokens) and one-row decode (32 tokens) tokens/s on the model's GGUF file."""
+    import subprocess
+
+    from ragscale.programs.lm.models import resolve
+
+    gguf = resolve(model)
+    command = [str(binary), "-m", str(gguf), "-p", "512", "-n", "32", "-t", str(threads), "-o", "json"]
+    records = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    prefill = next(r["avg_ts"] for r in records if r["n_prompt"] > 0 and r["n_gen"] == 0)
+    decode = next(r["avg_ts"] for r in records if r["n_gen"] > 0 and r["n_prompt"] == 0)
+    return {"prefill_tok_s": round(prefill, 1), "decode_tok_s": {"1": round(decode, 1)}, "gguf": gguf.name}
 
 
 def without_prefix_cache(lm):
@@ -136,7 +173,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--torch-threads", type=int, help="torch intra-op threads (1 is faster on a loaded machine)")
     parser.add_argument("--baseline", action="store_true", help="also time DRAG at 1 thread with no prefix cache")
+    parser.add_argument("--weights", help="the engine's weight layout (default: load_model's)")
+    parser.add_argument("--layouts", default="fp32,int8", help="weight layouts timed side by side ('' for none)")
+    parser.add_argument("--llama-bench", type=Path, help="a llama.cpp llama-bench binary: its figures on the GGUF")
     args = parser.parse_args(argv)
+    from ragscale.programs.lm.models import WEIGHTS
+
+    layouts = [w.strip() for w in args.layouts.split(",") if w.strip()]
+    for layout in [*layouts, args.weights or "fp32"]:
+        if layout not in WEIGHTS:
+            parser.error(f"unknown weight layout {layout!r}; valid choices: {', '.join(WEIGHTS)}")
+    if args.llama_bench is not None and not args.llama_bench.is_file():
+        parser.error(f"--llama-bench {str(args.llama_bench)!r} is not a file")
 
     import tempfile
     import warnings
@@ -154,7 +202,11 @@ def main(argv: list[str] | None = None) -> dict:
 
         torch.set_num_threads(args.torch_threads)
     examples = dev_examples()
-    lm = load_lm(args.model, cache=False, max_tokens=MAX_OUTPUT)
+    import torch
+
+    side_by_side = layout_speeds(args.model, layouts, examples)
+    anchor = llama_bench(args.llama_bench, args.model, torch.get_num_threads()) if args.llama_bench else None
+    lm = load_lm(args.model, cache=False, max_tokens=MAX_OUTPUT, weights=args.weights)
     engine = lm.engine
     measured, demo_pool = examples[: args.limit], examples[-60:]
     speeds = {b: model_speed(engine, examples, b) for b in (1, 4, 8)}
@@ -170,17 +222,30 @@ def main(argv: list[str] | None = None) -> dict:
         "questions_per_minute": {str(t): round(v, 2) for t, v in qpm["drag"].items()},
         "short_questions_per_minute": {str(t): round(v, 2) for t, v in qpm["short"].items()},
         "work": {name: {str(t): run[1] for t, run in by_threads.items()} for name, by_threads in runs.items()},
+        "weights": engine.model.weight_layout,
+        "layouts": side_by_side,
+        **({"llama_cpp": anchor} if anchor else {}),
     }
     tokens = {
         name: sum(engine.count_tokens(engine.render_messages(m)) for m in p) / len(p)
         for name, p in (("short", short), ("drag", drag))
     }
-    import torch
-
     print(
         f"model {args.model}, {len(measured)} HotpotQA dev questions, max_tokens={MAX_OUTPUT}, "
-        f"torch threads {torch.get_num_threads()}"
+        f"torch threads {torch.get_num_threads()}, engine weights {result['weights']}"
     )
+    rows = dict(side_by_side, **({"llama.cpp " + anchor["gguf"]: anchor} if anchor else {}))
+    if rows:
+        reference = side_by_side.get("fp32")
+        header = ("weights", "prefill tok/s", "decode 1 row", "decode 8 rows", "vs fp32 (prefill/1 row)")
+        print(" ".join(f"{h:>{w}}" for h, w in zip(header, (28, 14, 13, 14, 24), strict=True)))
+        for name, r in rows.items():
+            versus = ""
+            if reference:
+                versus = (f"{r['prefill_tok_s'] / reference['prefill_tok_s']:.2f}x / "
+                          f"{r['decode_tok_s']['1'] / reference['decode_tok_s']['1']:.2f}x")  # fmt: skip
+            eight = r["decode_tok_s"].get("8", "")
+            print(f"{name:>28} {r['prefill_tok_s']:>14} {r['decode_tok_s']['1']:>13} {eight:>14} {versus:>24}")
     print(f"{'batch':>6} {'prefill tok/s':>14} {'decode tok/s':>13}")
     for b in (1, 4, 8):
         print(f"{b:>6} {result['prefill_tok_s'][str(b)]:>14} {result['decode_tok_s'][str(b)]:>13}")

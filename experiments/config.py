@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ragscale.programs.lm.models import DEFAULT_LM
+from ragscale.programs.lm.models import DEFAULT_LM, WEIGHTS
 
 
 class ConfigError(ValueError):
@@ -42,6 +42,7 @@ class RunConfig:
     lm: str = DEFAULT_LM
     teacher: str | None = None
     api_base: str | None = None
+    weights: str | None = None
     adapter: str = "field"
     max_tokens: int = 256
     cache: bool = True
@@ -77,6 +78,8 @@ class RunConfig:
         _choices("optimizer", self.optimizer, OPTIMIZERS)
         _choices("dataset", self.dataset, DATASETS)
         _choices("adapter", self.adapter, ADAPTERS)
+        if self.weights is not None:
+            _choices("weights", self.weights, WEIGHTS)
         _choices("retriever", self.retriever, RETRIEVERS)
         _choices("metric", self.metric, METRICS)
         if not isinstance(self.lm, str) or not self.lm:

@@ -36,19 +36,24 @@ METRICS = (
 ``behaviour.<name>``)."""
 
 
-def load_named_lm(name: str, *, api_base: str | None = None, max_tokens: int = 256, cache: bool = True):
+def load_named_lm(
+    name: str, *, api_base: str | None = None, max_tokens: int = 256, cache: bool = True, weights: str | None = None
+):
     """``load_lm(name)``; an unknown or unusable LM name becomes a ConfigError naming it."""
     from ragscale.programs.lm import load_lm
 
+    local = {} if name.startswith("openai/") else {"weights": weights}
     try:
-        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache)
+        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, **local)
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(f"--lm {name!r}: {exc}") from exc
 
 
 def load_lm_for(config: RunConfig):
     """``load_named_lm`` with the config's LM settings."""
-    return load_named_lm(config.lm, api_base=config.api_base, max_tokens=config.max_tokens, cache=config.cache)
+    return load_named_lm(
+        config.lm, api_base=config.api_base, max_tokens=config.max_tokens, cache=config.cache, weights=config.weights
+    )
 
 
 def load_examples(config: RunConfig, given: tuple[Sequence, Sequence] | None = None) -> tuple[list, list]:
@@ -156,7 +161,9 @@ def run_experiment(
     if lm is None:
         lm = load_lm_for(config)
     if teacher_lm is None and config.teacher is not None and compiled is None:
-        teacher_lm = load_named_lm(config.teacher, api_base=config.api_base, max_tokens=config.max_tokens)
+        teacher_lm = load_named_lm(
+            config.teacher, api_base=config.api_base, max_tokens=config.max_tokens, weights=config.weights
+        )
     train, evalset = load_examples(config, examples)
     if not evalset:
         raise ConfigError(f"no evaluation questions in {config.eval_path}")

@@ -17,6 +17,7 @@ def add_run(subparsers) -> None:
     from ragscale.optimizers.teleprompters import OPTIMIZERS
     from ragscale.programs import PROGRAMS
     from ragscale.programs.lm import ADAPTERS
+    from ragscale.programs.lm.models import WEIGHTS
     from ragscale.programs.retrieval import RETRIEVERS
 
     run = subparsers.add_parser(
@@ -40,6 +41,12 @@ def add_run(subparsers) -> None:
         "its traces become the demonstrations of --lm",
     )
     run.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server (vLLM, SGLang)")
+    run.add_argument(
+        "--weights",
+        choices=WEIGHTS,
+        help="layout of a local model's linear layers on CPU: fp32 (oneDNN-packed, the default), int8 (int8 weights "
+        "for decode steps), dense (torch's), auto (the fastest whose answers match fp32's on this CPU)",
+    )
     run.add_argument(
         "--adapter", choices=sorted(ADAPTERS), help="how prompts are formatted and parsed (default: field)"
     )

@@ -62,15 +62,15 @@ def load_lm(
     device: str | None = None,
     dtype: str | None = None,
     max_batch_size: int = 8,
-    pack: bool | None = None,
+    weights: str | None = None,
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` for a preset (``PRESETS``), a model directory, a ``.gguf`` file, or ``openai/<model>``.
 
     ``cache=True`` lets DSPy's cache serve identical requests (reruns cost nothing); ``cache=False`` turns it off.
     ``openai/<model>`` needs ``api_base`` (e.g. ``http://localhost:8000/v1``) and accepts ``context_window=N``.
-    ``pack`` is :func:`~ragscale.programs.lm.models.load_model`'s: oneDNN-packed linear layers, by default for a
-    float32 model on CPU. Other keyword arguments become default request parameters of the LM.
+    ``weights`` is :func:`~ragscale.programs.lm.models.load_model`'s: the layout of the linear layers on CPU
+    (``WEIGHTS``). Other keyword arguments become default request parameters of the LM.
     """
     common = {"max_tokens": max_tokens, "temperature": temperature, "cache": cache}
     if name.startswith("openai/"):
@@ -83,7 +83,9 @@ def load_lm(
         raise ValueError(f"api_base is for 'openai/<model>' server models, not the local model {name!r}")
     from ragscale.programs.lm.engine import TorchEngine
 
-    engine: TorchEngine = TorchEngine.shared(name, device=device, dtype=dtype, max_batch_size=max_batch_size, pack=pack)
+    engine: TorchEngine = TorchEngine.shared(
+        name, device=device, dtype=dtype, max_batch_size=max_batch_size, weights=weights
+    )
     return MeteredLM(
         f"local/{name}", engine=engine, num_retries=0, context_window=engine.context_window, **common, **kwargs
     )

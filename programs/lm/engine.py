@@ -150,16 +150,16 @@ class TorchEngine:
         device: str | None = None,
         dtype: str | None = None,
         max_batch_size: int = 8,
-        pack: bool | None = None,
+        weights: str | None = None,
     ) -> TorchEngine:
-        """The engine of a model loaded once per process: the same model, device, dtype, batch size and packing
-        give the same engine (weights and worker shared). ``load_model`` says what the arguments mean."""
+        """The engine of a model loaded once per process: the same model, device, dtype, batch size and weight
+        layout give the same engine (weights and worker shared). ``load_model`` says what the arguments mean."""
         from ragscale.programs.lm.models import load_model, pick_device_dtype, resolve
 
-        key = (str(resolve(name)), *map(str, pick_device_dtype(device, dtype)), max_batch_size, pack)
+        key = (str(resolve(name)), *map(str, pick_device_dtype(device, dtype)), max_batch_size, weights)
         with _SHARED_LOCK:
             if key not in _SHARED:
-                model, tokenizer = load_model(name, device=device, dtype=dtype, pack=pack)
+                model, tokenizer = load_model(name, device=device, dtype=dtype, weights=weights)
                 _SHARED[key] = cls(model, tokenizer, name=name, max_batch_size=max_batch_size)
             return _SHARED[key]
 
@@ -250,6 +250,7 @@ class TorchEngine:
             "device": str(self.model.device),
             "dtype": str(self.model.dtype).split(".")[-1],
             "max_batch_size": self.max_batch_size,
+            "weights": getattr(self.model, "weight_layout", None),
         }
 
     @classmethod
@@ -260,6 +261,7 @@ class TorchEngine:
             device=state.get("device"),
             dtype=state.get("dtype"),
             max_batch_size=state.get("max_batch_size", 8),
+            weights=state.get("weights"),
         )
 
     # -- prompts and tokens -----------------------------------------------------------------------------------

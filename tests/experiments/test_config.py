@@ -22,6 +22,7 @@ def test_a_config_round_trips_through_its_toml(tmp_path):
         eval_file=tmp_path / "e.jsonl",
         threads=2,
         cache=False,
+        weights="int8",
     )
     path = tmp_path / "config.toml"
     path.write_text(config.to_toml())
@@ -35,6 +36,7 @@ def test_a_config_round_trips_through_its_toml(tmp_path):
         ("threads", "4", "threads must be an integer"),
         ("adapter", "xml", "valid choices: chat, field, json"),
         ("retriever", "grep", "bm25, dense, hybrid"),
+        ("weights", "int4", "weights 'int4'.*auto, dense, fp32, int8"),
     ],
 )
 def test_a_bad_config_value_fails_naming_the_field(field, value, message):
