@@ -13,7 +13,9 @@ input tokens of all LM calls of a question; the same name in the MLflow metrics,
 ledger), output_tokens_per_question, questions_per_minute and eval_s (evaluation only), compile_s (the
 teleprompter alone) with compile_lm_calls, compile_input_tokens and compile_output_tokens (the calls compiling
 made, the teacher's included: never part of the per-question figures), wall_s (the whole run: loading, indexing,
-compiling, evaluating), behaviour (``{name: mean}`` of the method's defining step per question, see
+compiling, evaluating), peak_rss_gb (the process's peak resident memory so far, in GB: the run's own peak when
+it is the process's only run) and weights_gb (the bytes of the local LM's weights as loaded, packed copies
+included; None for a server LM), behaviour (``{name: mean}`` of the method's defining step per question, see
 ``ragscale.programs.behaviour``: rates 0-1, counts per question; ``{}`` for closed-book, RAG and DRAG),
 mlflow_run_id.
 """
@@ -40,8 +42,8 @@ EFFECTIVE_CONTEXT = "effective_context_tokens_per_question"
 SUMMARY_KEYS = (
     "method", "dataset", "optimizer", "lm", "n", "failed", "em", "f1", "acc", "retrieval_recall",
     "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question", "questions_per_minute", "eval_s",
-    "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens", "wall_s", "behaviour",
-    "mlflow_run_id",
+    "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens", "wall_s", "peak_rss_gb",
+    "weights_gb", "behaviour", "mlflow_run_id",
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
@@ -184,6 +186,7 @@ def summarize(
     run_id: str | None,
     compile_s: float = 0.0,
     compile_usage=None,
+    weights_bytes: int | None = None,
 ) -> dict[str, Any]:
     """The run summary (see the module docstring); failed questions count as 0 in the score means.
     ``compile_usage`` (a ``UsageMeter`` around compilation) gives the compile_* counts, 0 without one."""
@@ -210,9 +213,20 @@ def summarize(
         "compile_input_tokens": compile_usage.input_tokens if compile_usage else 0,
         "compile_output_tokens": compile_usage.output_tokens if compile_usage else 0,
         "wall_s": round(wall_s, 2),
+        "peak_rss_gb": round(peak_rss_gb(), 2),
+        "weights_gb": None if weights_bytes is None else round(weights_bytes / 1e9, 3),
         "behaviour": behaviour_means(records),
         "mlflow_run_id": run_id,
     }
+
+
+def peak_rss_gb() -> float:
+    """The process's peak resident memory so far, in GB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1e9 if sys.platform == "darwin" else peak * 1024 / 1e9
 
 
 def write_tables(records: Sequence[Mapping], directory: Path) -> list[Path]:

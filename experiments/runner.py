@@ -30,7 +30,7 @@ PROGRAM = "program.json"
 METRICS = (
     "em", "f1", "acc", "retrieval_recall", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
     "questions_per_minute", "wall_s", "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens",
-    "eval_s", "n", "failed",
+    "eval_s", "n", "failed", "peak_rss_gb",
 )  # fmt: skip
 """The summary's values logged as MLflow metrics (with load_s, index_s and each behaviour value as
 ``behaviour.<name>``)."""
@@ -47,6 +47,16 @@ def load_named_lm(
         return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, **local)
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(f"--lm {name!r}: {exc}") from exc
+
+
+def local_weight_bytes(lm) -> int | None:
+    """The bytes of a local LM's weights as loaded (``layouts.weight_bytes``); None for a server or scripted LM."""
+    model = getattr(getattr(lm, "engine", None), "model", None)
+    if model is None:
+        return None
+    from ragscale.programs.lm.layouts import weight_bytes
+
+    return weight_bytes(model)
 
 
 def load_lm_for(config: RunConfig):
@@ -216,12 +226,15 @@ def run_experiment(
             run_id=run_id,
             compile_s=compile_s,
             compile_usage=compile_usage,
+            weights_bytes=local_weight_bytes(lm),
         )
         write_json(work / "summary.json", summary, indent=2)
         (work / "config.toml").write_text(config.to_toml(), encoding="utf-8")
         tables = write_tables(records, work)
         metrics = {name: summary[name] for name in METRICS}
         metrics.update({f"behaviour.{name}": value for name, value in summary["behaviour"].items()})
+        if summary["weights_gb"] is not None:
+            metrics["weights_gb"] = summary["weights_gb"]
         tracking.log_metrics(config.runs_dir, run_id, {**metrics, "load_s": load_s, "index_s": index_s})
         tracking.log_artifacts(
             config.runs_dir,

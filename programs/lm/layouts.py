@@ -72,6 +72,24 @@ class Int8Linear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, decode_rows={self.decode_rows}"
 
 
+def weight_bytes(model: torch.nn.Module) -> int:
+    """The bytes of every tensor a model's modules hold (parameters, buffers, and the packed or int8 weights that
+    the layouts keep as plain attributes), each storage counted once."""
+    seen, total = set(), 0
+    for module in model.modules():
+        tensors = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+        tensors += [v for v in vars(module).values() if isinstance(v, torch.Tensor)]
+        for tensor in tensors:
+            try:
+                key = tensor.untyped_storage().data_ptr()
+            except (RuntimeError, NotImplementedError):  # an opaque (mkldnn) tensor has no plain storage
+                key = id(tensor)
+            if key not in seen:
+                seen.add(key)
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
 def apply_layout(model: torch.nn.Module, weights: str | None = None) -> str:
     """Put ``model``'s linear layers in the layout ``weights`` (``LAYOUTS``, or ``"auto"``/None: ``pick_layout``
     for this CPU; a model not in float32 on CPU keeps torch's layers), in place; the layout applied."""

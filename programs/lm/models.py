@@ -207,4 +207,21 @@ def load_model(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     release_openmp_threads()  # the engine's worker thread runs the model; this thread's helpers would slow it
+    trim_heap()
     return model, tokenizer
+
+
+def trim_heap() -> None:
+    """Give the pages that the C heap holds free back to the system (glibc's ``malloc_trim``).
+
+    Loading frees the dequantised GGUF tensors and the weights that packing replaced, but glibc keeps most of
+    those pages for later allocations, so a process would hold more than half again the memory of its weights
+    for good. Where the C library has no ``malloc_trim`` (not glibc) nothing is done.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is not None:
+        trim(0)

@@ -120,6 +120,8 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         "compile_input_tokens",
         "compile_output_tokens",
         "wall_s",
+        "peak_rss_gb",
+        "weights_gb",
         "behaviour",
         "mlflow_run_id",
     ]

@@ -45,11 +45,13 @@ def test_packed_linear_layers_give_the_dense_layers_logits(engine):
 def test_int8_weights_decode_the_float32_layouts_greedy_tokens_with_close_logits(engine, monkeypatch):
     import torch
 
-    from ragscale.programs.lm.layouts import Int8Linear
+    from ragscale.programs.lm.layouts import Int8Linear, weight_bytes
     from ragscale.programs.lm.models import load_model
 
     int8, _ = load_model("smollm2-135m", weights="int8")
     assert int8.weight_layout == "int8" and engine.model.weight_layout == "fp32"
+    int8_bytes = sum(m.qweight.nbytes + m.scale.nbytes for m in int8.modules() if isinstance(m, Int8Linear))
+    assert weight_bytes(int8) == weight_bytes(engine.model) + int8_bytes  # the float32 packed copies stay
     calls = []
     forward = Int8Linear.forward
     monkeypatch.setattr(Int8Linear, "forward", lambda self, x: calls.append(x.shape[:-1].numel()) or forward(self, x))
