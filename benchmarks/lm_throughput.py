@@ -13,10 +13,12 @@
    - short prompts: one HotpotQA dev paragraph + question, <= 200 input tokens;
    - DRAG-shaped prompts: ~1,000 tokens of demonstrations shared by every question (from dev questions that
      are not measured) + ~500 tokens of the question's own paragraphs; <= 32 output tokens.
+   Before each run the prefix cache is emptied and given one unmeasured question, so it holds the shared
+   demonstrations and nothing a measured question sends.
 3. Where the engine's time went in each of those runs (seconds of prefill and decode, decode steps, mean decode
-   batch, ms per step), and two ceilings on the 8-thread speed-up: prefill does not shrink with batching (it is
-   compute-bound), decoding at best shrinks to one full batch per step at the measured step cost ("ideal"), and
-   at the very best costs nothing ("bound").
+   batch, ms per step, prompt tokens computed and sent), and two ceilings on the 8-thread speed-up: prefill does
+   not shrink with batching (it is compute-bound), decoding at best shrinks to one full batch per step at the
+   measured step cost ("ideal"), and at the very best costs nothing ("bound").
 
 The data is read straight from ``hotpotqa/dev.jsonl`` (``$RAGSCALE_DATA_DIR`` or ``<repo>/../shared/datasets``).
 Timings on a shared machine are noisy: compare runs taken under the same load.
@@ -108,6 +110,7 @@ def layout_speeds(model: str, layouts: list[str], examples: list[dict]) -> dict:
     for layout in layouts:
         loaded, tokenizer = load_model(model, weights=layout)
         bare = SimpleNamespace(model=loaded, tokenizer=tokenizer)
+        model_speed(bare, examples, 1, length=64, steps=4)  # untimed: the first pass pays one-time set-up costs
         prefill, one = model_speed(bare, examples, 1)
         _, eight = model_speed(bare, examples, 8)
         out[layout] = {"prefill_tok_s": round(prefill, 1), "decode_tok_s": {"1": round(one, 1), "8": round(eight, 1)}}
@@ -144,11 +147,18 @@ def questions_per_minute(lm, prompts: list[list[dict]], threads: int) -> float:
     return len(prompts) * 60 / (time.perf_counter() - start)
 
 
-def timed(lm, prompts: list[list[dict]], threads: int) -> tuple[float, dict]:
-    """Questions per minute, and the engine's work meanwhile (seconds of prefill and decode, steps, rows)."""
-    before = lm.engine.work.copy()
+def timed(lm, prompts: list[list[dict]], threads: int, warm: list[dict]) -> tuple[float, dict]:
+    """Questions per minute, and the engine's work meanwhile (seconds of prefill and decode, steps, rows, prompt
+    tokens sent and computed). The prefix cache is emptied and then holds only ``warm`` (an unmeasured question
+    after the shared demonstrations), so no run is served the prompts an earlier run computed."""
+    engine = lm.engine
+    if engine.prefixes is not None:
+        engine.prefixes.clear()
+    lm(messages=warm)
+    before = {**engine.work, "sent": engine.prompt_tokens, "computed": engine.computed_tokens}
     qpm = questions_per_minute(lm, prompts, threads)
-    return qpm, {k: lm.engine.work[k] - before[k] for k in ("prefill", "decode", "steps", "rows")}
+    after = {**engine.work, "sent": engine.prompt_tokens, "computed": engine.computed_tokens}
+    return qpm, {k: after[k] - before.get(k, 0) for k in ("prefill", "decode", "steps", "rows", "sent", "computed")}
 
 
 def ideal_speedup(one: dict, eight: dict, batch: int = 8) -> float:
@@ -211,9 +221,13 @@ def main(argv: list[str] | None = None) -> dict:
     measured, demo_pool = examples[: args.limit], examples[-60:]
     speeds = {b: model_speed(engine, examples, b) for b in (1, 4, 8)}
     short, drag = short_messages(engine, measured), drag_messages(engine, measured, demo_pool)
-    lm(messages=drag[0])  # warm up, and leave the shared demonstrations in the engine's prefix cache
+    unmeasured = examples[args.limit : args.limit + 1]
+    warm = {"short": short_messages(engine, unmeasured)[0], "drag": drag_messages(engine, unmeasured, demo_pool)[0]}
     no_prefix = questions_per_minute(without_prefix_cache(lm), drag, 1) if args.baseline else None
-    runs = {name: {t: timed(lm, prompts, t) for t in (1, 8)} for name, prompts in (("short", short), ("drag", drag))}
+    runs = {
+        name: {t: timed(lm, prompts, t, warm[name]) for t in (1, 8)}
+        for name, prompts in (("short", short), ("drag", drag))
+    }
     qpm = {name: {t: run[0] for t, run in by_threads.items()} for name, by_threads in runs.items()}
     result = {
         "model": args.model,
@@ -256,7 +270,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{label:>26} {one:>15} {eight:>16} {eight / one:>8.2f}x")
     print(
         f"{'prompt':>26} {'threads':>7} {'prefill s':>9} {'decode s':>8} {'steps':>6} {'mean batch':>10} "
-        f"{'ms/step':>8} {'ideal speed-up':>14} {'bound':>6}"
+        f"{'ms/step':>8} {'ideal speed-up':>14} {'bound':>6} {'prompt tokens computed/sent':>28}"
     )
     for name in ("short", "drag"):
         for t in (1, 8):
@@ -266,7 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(
                 f"{name:>26} {t:>7} {w['prefill']:>9.2f} {w['decode']:>8.2f} {w['steps']:>6} "
                 f"{w['rows'] / max(w['steps'], 1):>10.2f} {1000 * w['decode'] / max(w['steps'], 1):>8.1f} {ideal:>14} "
-                f"{bound:>6}"
+                f"{bound:>6} {w['computed']:>13,}/{w['sent']:<14,}"
             )
     if no_prefix is not None:
         gain = result["questions_per_minute"]["8"] / no_prefix

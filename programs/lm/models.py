@@ -212,16 +212,25 @@ def load_model(
 
 
 def trim_heap() -> None:
-    """Give the pages that the C heap holds free back to the system (glibc's ``malloc_trim``).
+    """Give the pages that the C heap holds free back to the system, now and after every large free (glibc only).
 
     Loading frees the dequantised GGUF tensors and the weights that packing replaced, but glibc keeps most of
-    those pages for later allocations, so a process would hold more than half again the memory of its weights
-    for good. Where the C library has no ``malloc_trim`` (not glibc) nothing is done.
+    those pages for later allocations (``malloc_trim`` returns them). And glibc raises its mmap threshold each time
+    a large block is freed, so that later tensors of a few MB (a prefill's activations, KV buffers, the prefix
+    cache's entries) come from the heap, where the free space fragments and a long run's memory creeps up; fixing
+    the threshold at 1 MiB (``mallopt(M_MMAP_THRESHOLD)``, which also stops the raising) keeps such blocks in mmap,
+    returned to the system when freed. Where the C library is not glibc nothing is done.
     """
     import ctypes
     import ctypes.util
 
     name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    if trim is not None:
-        trim(0)
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    libc.malloc_trim(0)
+
+
+M_MMAP_THRESHOLD = -3
+"""glibc's ``mallopt`` parameter number for the mmap threshold (``malloc.h``)."""
