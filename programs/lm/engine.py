@@ -153,21 +153,18 @@ class TorchEngine:
         weights: str | None = None,
     ) -> TorchEngine:
         """The engine of a model loaded once per process: the same model, device, dtype, batch size and weight
-        layout give the same engine (weights and worker shared); a layout named outright (a saved state's) also
-        finds an engine loaded with the default or ``auto`` that applied it. ``load_model`` says what the
-        arguments mean."""
-        from ragscale.programs.lm.models import load_model, pick_device_dtype, resolve
+        layout (the one ``weights`` means, ``models.layout_for``: the default, ``auto`` and the layout they name
+        are one) give the same engine (weights and worker shared). ``load_model`` says what the arguments mean."""
+        from ragscale.programs.lm.models import layout_for, load_model, pick_device_dtype, resolve
 
-        key = (str(resolve(name)), *map(str, pick_device_dtype(device, dtype)), max_batch_size, weights)
+        picked_device, torch_dtype = pick_device_dtype(device, dtype)
+        layout = layout_for(weights, picked_device, torch_dtype)
+        key = (str(resolve(name)), picked_device, str(torch_dtype), max_batch_size, layout)
         with _SHARED_LOCK:
-            engine = _SHARED.get(key)
-            if engine is None and weights not in (None, "auto"):
-                same = (e for k, e in _SHARED.items() if k[:-1] == key[:-1])
-                engine = next((e for e in same if getattr(e.model, "weight_layout", None) == weights), None)
-            if engine is None:
-                model, tokenizer = load_model(name, device=device, dtype=dtype, weights=weights)
-                engine = _SHARED[key] = cls(model, tokenizer, name=name, max_batch_size=max_batch_size)
-            return engine
+            if key not in _SHARED:
+                model, tokenizer = load_model(name, device=device, dtype=dtype, weights=layout)
+                _SHARED[key] = cls(model, tokenizer, name=name, max_batch_size=max_batch_size)
+            return _SHARED[key]
 
     def _eos_ids(self) -> set[int]:
         ids = set()

@@ -13,7 +13,7 @@
 Activations are not quantised: dynamic int8 activations (fbgemm's ``quantize_dynamic``, the fast path for int8 x
 int8 on VNNI) change Qwen2.5-0.5B's greedy answers on most prompts (its activations have outlier channels that one
 scale per row cannot hold), while int8 weights with bfloat16 activations keep them (``benchmarks/lm_throughput.py``
-measures both speed and agreement).
+measures the speed of each layout, ``benchmarks/layouts.py`` their answers against fp32's).
 """
 
 from __future__ import annotations
@@ -90,27 +90,13 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-def apply_layout(model: torch.nn.Module, weights: str | None = None) -> str:
-    """Put ``model``'s linear layers in the layout ``weights`` (``LAYOUTS``, or ``"auto"``/None: ``pick_layout``
-    for this CPU; a model not in float32 on CPU keeps torch's layers), in place; the layout applied."""
-    from ragscale.programs.lm.packed import can_pack, pack_linears
+def apply_layout(model: torch.nn.Module, weights: str) -> str:
+    """Put ``model``'s linear layers in the layout ``weights`` (one of ``LAYOUTS``; ``models.layout_for`` turns the
+    default and ``auto`` into one), in place; the layout applied."""
+    from ragscale.programs.lm.packed import PackedLinear, replace_linears
 
-    if weights not in (None, "auto", *LAYOUTS):
-        raise ValueError(f"unknown weight layout {weights!r}; valid choices: auto, {', '.join(LAYOUTS)}")
-    if weights in (None, "auto"):
-        weights = pick_layout(cpu_flags()) if can_pack(model) else "dense"
-    if weights == "dense":
-        return weights
-    if not can_pack(model):
-        raise ValueError(
-            f"weight layout {weights!r} needs a float32 model on CPU and torch with oneDNN; got {model.dtype} on "
-            f"{model.device} (oneDNN available: {torch.backends.mkldnn.is_available()}); use weights='dense'"
-        )
-    if weights == "fp32":
-        pack_linears(model)
-        return weights
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, name, Int8Linear(child))
+    if weights not in LAYOUTS:
+        raise ValueError(f"unknown weight layout {weights!r}; valid choices: {', '.join(LAYOUTS)}")
+    if weights != "dense":
+        replace_linears(model, PackedLinear if weights == "fp32" else Int8Linear)
     return weights

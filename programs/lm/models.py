@@ -187,18 +187,13 @@ def load_model(
     from ragscale.programs.lm.layouts import apply_layout
     from ragscale.programs.lm.openmp import release_openmp_threads
 
-    if weights not in (None, *WEIGHTS):
-        raise ValueError(f"unknown weight layout {weights!r}; valid choices: {', '.join(WEIGHTS)}")
     path = resolve(name)
     device, torch_dtype = pick_device_dtype(device, dtype)
+    weights = layout_for(weights, device, torch_dtype)  # before loading: a layout that cannot apply fails now
     where, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
     tokenizer = AutoTokenizer.from_pretrained(where, **extra)
     model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **extra).to(device).eval()
     model.requires_grad_(False)
-    from ragscale.programs.lm.packed import can_pack
-
-    if weights is None:
-        weights = DEFAULT_WEIGHTS if can_pack(model) else "dense"
     model.weight_layout = apply_layout(model, weights)
     logger.info("%s: linear layers in the %s layout", name, model.weight_layout)
     if not getattr(tokenizer, "chat_template", None):
@@ -209,6 +204,31 @@ def load_model(
     release_openmp_threads()  # the engine's worker thread runs the model; this thread's helpers would slow it
     trim_heap()
     return model, tokenizer
+
+
+def layout_for(weights: str | None, device: str, torch_dtype: Any) -> str:
+    """The layout (``layouts.LAYOUTS``) that ``weights`` (``WEIGHTS`` or None) means for a model on ``device`` in
+    ``torch_dtype``: where oneDNN can pack its layers (float32 on CPU), None is ``DEFAULT_WEIGHTS`` and ``auto``
+    the layout this CPU's flags pick; elsewhere both are ``dense``, and a packed layout is an error naming why."""
+    from ragscale.programs.lm.packed import can_pack
+
+    if weights not in (None, *WEIGHTS):
+        raise ValueError(f"unknown weight layout {weights!r}; valid choices: {', '.join(WEIGHTS)}")
+    packable = can_pack(device, torch_dtype)
+    if weights is None or weights == "auto":
+        if not packable:
+            return "dense"
+        if weights is None:
+            return DEFAULT_WEIGHTS
+        from ragscale.programs.lm import layouts
+
+        return layouts.pick_layout(layouts.cpu_flags())
+    if weights != "dense" and not packable:
+        raise ValueError(
+            f"weight layout {weights!r} needs a float32 model on CPU and torch with oneDNN; got {torch_dtype} on "
+            f"{device}; use weights='dense'"
+        )
+    return weights
 
 
 def trim_heap() -> None:

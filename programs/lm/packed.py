@@ -33,14 +33,15 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def can_pack(model: torch.nn.Module) -> bool:
-    """Whether :func:`pack_linears` applies: a float32 model on CPU, and a torch built with oneDNN."""
-    return model.device.type == "cpu" and model.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+def can_pack(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether packed layers apply to a model on ``device`` in ``dtype``: float32 on CPU, and torch with oneDNN."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
 
 
-def pack_linears(model: torch.nn.Module) -> int:
-    """Replace every ``nn.Linear`` in ``model`` by a :class:`PackedLinear`, in place; the number replaced."""
-    if not can_pack(model):
+def replace_linears(model: torch.nn.Module, make) -> int:
+    """Replace every ``nn.Linear`` in ``model`` by ``make(linear)`` (a layer on oneDNN-packed weights), in place;
+    the number replaced. A model :func:`can_pack` refuses gets an error naming why."""
+    if not can_pack(model.device, model.dtype):
         raise ValueError(
             f"packed linear layers need a float32 model on CPU and torch with oneDNN; got {model.dtype} on "
             f"{model.device} (oneDNN available: {torch.backends.mkldnn.is_available()})"
@@ -49,12 +50,17 @@ def pack_linears(model: torch.nn.Module) -> int:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(parent, name, PackedLinear(child))
+                setattr(parent, name, make(child))
                 replaced += 1
     return replaced
+
+
+def pack_linears(model: torch.nn.Module) -> int:
+    """Replace every ``nn.Linear`` in ``model`` by a :class:`PackedLinear`, in place; the number replaced."""
+    return replace_linears(model, PackedLinear)
 
 
 def maybe_pack(model: torch.nn.Module, pack: bool | None) -> int:
     """Apply :func:`pack_linears` as ``pack`` asks: None packs where it can (:func:`can_pack`), True insists (an
     error naming why where it cannot), False keeps torch's dense layers. The number of layers replaced."""
-    return pack_linears(model) if pack or (pack is None and can_pack(model)) else 0
+    return pack_linears(model) if pack or (pack is None and can_pack(model.device, model.dtype)) else 0
