@@ -27,7 +27,7 @@ import json
 import time
 from pathlib import Path
 
-from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
 
 CELLS = (
@@ -88,9 +88,12 @@ class OracleRetriever:
 
 
 def records_of(summary: dict, runs_dir: Path) -> dict[str, dict]:
-    """The per-question records of a finished cell, by question id."""
-    path = runs_dir / "work" / summary["mlflow_run_id"] / PREDICTIONS
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The per-question records of a finished cell, by question id (``ledger.run_records``)."""
+    from ragscale.experiments.sweep.ledger import run_records
+
+    rows = run_records(runs_dir, summary["mlflow_run_id"])
+    if rows is None:
+        raise SystemExit(f"run {summary['mlflow_run_id']} has no per-question records under {runs_dir}")
     return {row["id"]: row for row in rows}
 
 

@@ -22,10 +22,12 @@ from ragscale.experiments.files import write_json
 
 
 def records(summary: dict, runs_dir: Path) -> dict[str, dict]:
-    from ragscale.experiments.evaluate import PREDICTIONS
+    """The per-question records of a finished run, by question id (``ledger.run_records``)."""
+    from ragscale.experiments.sweep.ledger import run_records
 
-    path = runs_dir / "work" / summary["mlflow_run_id"] / PREDICTIONS
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = run_records(runs_dir, summary["mlflow_run_id"])
+    if rows is None:
+        raise SystemExit(f"run {summary['mlflow_run_id']} has no per-question records under {runs_dir}")
     return {row["id"]: row for row in rows}
 
 

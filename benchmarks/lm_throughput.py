@@ -76,25 +76,26 @@ def short_messages(engine, examples: list[dict]) -> list[list[dict]]:
     return out
 
 
-def model_speed(engine, examples: list[dict], batch: int, length: int = 512, steps: int = 32) -> tuple[float, float]:
-    """(prefill, decode) tokens/s of the bare model on ``batch`` rows of ``length`` tokens (``engine``: anything
-    with ``model`` and ``tokenizer``)."""
+def model_speed(
+    model, tokenizer, examples: list[dict], batch: int, length: int = 512, steps: int = 32
+) -> tuple[float, float]:
+    """(prefill, decode) tokens/s of the bare model on ``batch`` rows of ``length`` tokens."""
     import torch
     from transformers import DynamicCache
 
     from ragscale.programs.lm.openmp import release_openmp_threads
 
     text = " ".join(p["text"] for ex in examples for p in ex["paragraphs"])
-    ids = engine.tokenizer(text, add_special_tokens=False).input_ids
-    rows = torch.tensor([ids[i * length : (i + 1) * length] for i in range(batch)], device=engine.model.device)
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    rows = torch.tensor([ids[i * length : (i + 1) * length] for i in range(batch)], device=model.device)
     with torch.inference_mode():
-        cache = DynamicCache(config=engine.model.config)
+        cache = DynamicCache(config=model.config)
         start = time.perf_counter()
-        out = engine.model(input_ids=rows, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=rows, past_key_values=cache, use_cache=True, logits_to_keep=1)
         prefill = time.perf_counter() - start
         start = time.perf_counter()
         for _ in range(steps):
-            out = engine.model(input_ids=out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
+            out = model(input_ids=out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
         decode = time.perf_counter() - start
     release_openmp_threads()  # the engine's worker runs the model next; see programs/lm/openmp.py
     return batch * length / prefill, batch * steps / decode
@@ -102,19 +103,16 @@ def model_speed(engine, examples: list[dict], batch: int, length: int = 512, ste
 
 def layout_speeds(model: str, layouts: list[str], examples: list[dict]) -> dict:
     """Prefill (batch 1) and decode (1 and 8 rows) tokens/s of ``model`` in each weight layout, loaded in turn."""
-    from types import SimpleNamespace
-
     from ragscale.programs.lm.models import load_model
 
     out = {}
     for layout in layouts:
         loaded, tokenizer = load_model(model, weights=layout)
-        bare = SimpleNamespace(model=loaded, tokenizer=tokenizer)
-        model_speed(bare, examples, 1, length=64, steps=4)  # untimed: the first pass pays one-time set-up costs
-        prefill, one = model_speed(bare, examples, 1)
-        _, eight = model_speed(bare, examples, 8)
+        model_speed(loaded, tokenizer, examples, 1, length=64, steps=4)  # untimed: it pays one-time set-up costs
+        prefill, one = model_speed(loaded, tokenizer, examples, 1)
+        _, eight = model_speed(loaded, tokenizer, examples, 8)
         out[layout] = {"prefill_tok_s": round(prefill, 1), "decode_tok_s": {"1": round(one, 1), "8": round(eight, 1)}}
-        del loaded, bare
+        del loaded
     return out
 
 
@@ -219,7 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
     lm = load_lm(args.model, cache=False, max_tokens=MAX_OUTPUT, weights=args.weights)
     engine = lm.engine
     measured, demo_pool = examples[: args.limit], examples[-60:]
-    speeds = {b: model_speed(engine, examples, b) for b in (1, 4, 8)}
+    speeds = {b: model_speed(engine.model, engine.tokenizer, examples, b) for b in (1, 4, 8)}
     short, drag = short_messages(engine, measured), drag_messages(engine, measured, demo_pool)
     unmeasured = examples[args.limit : args.limit + 1]
     warm = {"short": short_messages(engine, unmeasured)[0], "drag": drag_messages(engine, unmeasured, demo_pool)[0]}

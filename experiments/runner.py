@@ -42,9 +42,8 @@ def load_named_lm(
     """``load_lm(name)``; an unknown or unusable LM name becomes a ConfigError naming it."""
     from ragscale.programs.lm import load_lm
 
-    local = {} if name.startswith("openai/") else {"weights": weights}
     try:
-        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, **local)
+        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, weights=weights)
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(f"--lm {name!r}: {exc}") from exc
 

@@ -123,19 +123,17 @@ class PrefixCache:
         node.ids, node.children = node.ids[:at], {tail.ids[0]: tail}
         node.layers = [(k[:, :, :at].clone(), v[:, :, :at].clone()) for k, v in node.layers]
 
-    def _leaves(self) -> list[_Node]:
-        out, stack = [], list(self.root.children.values())
+    def _nodes(self):
+        """Every node below the root."""
+        stack = list(self.root.children.values())
         while stack:
             node = stack.pop()
-            if node.children:
-                stack.extend(node.children.values())
-            else:
-                out.append(node)
-        return out
+            stack.extend(node.children.values())
+            yield node
 
     def _evict(self) -> None:
         while self.nbytes > self.max_bytes:
-            leaf = min(self._leaves(), key=lambda node: node.used)
+            leaf = min((node for node in self._nodes() if not node.children), key=lambda node: node.used)
             del leaf.parent.children[leaf.ids[0]]
             self.nbytes -= leaf.nbytes
             self.evicted += 1
@@ -145,9 +143,4 @@ class PrefixCache:
 
     def __len__(self) -> int:
         """Nodes held."""
-        count, stack = 0, list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            count += 1
-            stack.extend(node.children.values())
-        return count
+        return sum(1 for _ in self._nodes())
