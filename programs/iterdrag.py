@@ -4,17 +4,15 @@ Yue et al. 2024, "Inference Scaling for Long-Context RAG" (arXiv:2410.04343), se
 retrieved for the question; then, up to n times, the model writes a sub-query, documents are retrieved for it
 and an intermediate answer is generated; when the model judges that no further sub-query is needed, it gives
 the final answer from the question, the sub-queries with their answers and every document retrieved so far.
-Demonstrations carry their documents as in DRAG. In DSPy the kinds of generation are predictors:
-``self.first_follow_up`` (FirstFollowUp) and ``self.decompose`` (Decompose) write the sub-queries,
-``self.answer_sub`` (AnswerSub over the sub-query's k documents) answers each and ``self.synthesize`` (Synthesize
-over every gathered document, deduplicated, ordered by the best rank each reached, most relevant last) answers the
-question.
+Demonstrations carry their documents as in DRAG. In DSPy the three kinds of generation are three predictors:
+``self.decompose`` (Decompose), ``self.answer_sub`` (AnswerSub over the sub-query's k documents) and
+``self.synthesize`` (Synthesize over every gathered document, deduplicated, ordered by the best rank each reached,
+most relevant last).
 
-As in the paper's self-ask form, whose demonstrations always decompose, the first step writes a follow-up with no
-way to decline: the question is decomposed before the model may judge it answered. Each later step writes the next
-follow-up, and writing "none" is how the model says the follow-ups answered so far are enough. The loop also ends
-on a follow-up already asked (or the question itself) and on an unreadable decomposition; the prediction's
-``stop`` says why it ended.
+As in the paper's self-ask form, a decomposition step writes the next follow-up question first, and writing
+"none" is how the model says the follow-ups answered so far are enough: asking is the path the model takes, not a
+yes/no gate it must pass before any sub-question exists. The loop also ends on a follow-up already asked (or the
+question itself) and on an unreadable decomposition; the prediction's ``stop`` says why it ended.
 """
 
 import logging
@@ -25,7 +23,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from ragscale.programs.behaviour import answered, is_multi_hop, same_question
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
-from ragscale.signatures import AnswerSub, Decompose, FirstFollowUp, Synthesize
+from ragscale.signatures import AnswerSub, Decompose, Synthesize
 
 logger = logging.getLogger(__name__)
 
@@ -47,15 +45,13 @@ def no_follow_up(text: str) -> bool:
 
 
 class IterDRAG(dspy.Module):
-    """retrieve(question); repeat: first_follow_up, later decompose -> retrieve(follow-up) -> answer_sub;
-    synthesize."""
+    """retrieve(question); repeat: decompose -> retrieve(follow-up) -> answer_sub; synthesize."""
 
     demo_documents = True
 
     def __init__(self, retriever, k: int = 3, max_iterations: int = 3):
         super().__init__()
         self.retriever, self.k, self.max_iterations = retriever, k, max_iterations
-        self.first_follow_up = dspy.Predict(FirstFollowUp)
         self.decompose = dspy.Predict(Decompose)
         self.answer_sub = dspy.Predict(AnswerSub)
         self.synthesize = dspy.Predict(Synthesize)
@@ -82,17 +78,14 @@ class IterDRAG(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         rankings = [self.retriever(question, self.k)]
         follow_ups, sub_questions, intermediate_answers, stop = [], [], [], "max_iterations"
-        for step in range(self.max_iterations):
+        for _ in range(self.max_iterations):
             try:
-                if step == 0:
-                    text = self.first_follow_up(question=question).first_follow_up
-                else:
-                    text = self.decompose(question=question, follow_ups=list(follow_ups)).follow_up
+                step = self.decompose(question=question, follow_ups=list(follow_ups))
             except AdapterParseError as error:  # no readable follow-up: answer with what was gathered
                 logger.warning("IterDRAG: unreadable decomposition, answering now: %s", error)
                 stop = "unreadable_follow_up"
                 break
-            sub_question = follow_up_of(text or "")
+            sub_question = follow_up_of(step.follow_up or "")
             if no_follow_up(sub_question):
                 stop = "no_follow_up"
                 break

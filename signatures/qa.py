@@ -22,14 +22,6 @@ class AnswerClosedBook(dspy.Signature):
     answer: str = dspy.OutputField(desc="a few words at most")
 
 
-class FirstFollowUp(dspy.Signature):
-    """Break a complex question into simpler follow-up questions, answered one at a time. Write the first
-    follow-up question: one simple question about one fact needed to answer the question."""
-
-    question: str = dspy.InputField()
-    first_follow_up: str = dspy.OutputField(desc="the first follow-up question")
-
-
 class Decompose(dspy.Signature):
     """Break a complex question into simpler follow-up questions, answered one at a time. Given the follow-up
     questions already answered, write the next follow-up question: one simple question about one fact that is

@@ -14,11 +14,11 @@ take (``low``: IterDRAG stopping at its first decomposition, every reply read at
   tokenizer (``prompt_tokens``), and returns the script's outputs instead of calling the LM. The documents are
   those the sweep's retriever finds (without one, the data's own paragraphs).
 - **One run per path.** The script plays path j (j = 0..n): a step decision (a predictor that writes a
-  follow-up or has a yes/no output: IterDRAG's first and later decompositions, counted as one) asks on its
-  first j calls and writes "none" (or no) after; the follow-up it asks is the one seen asked for the question at
-  that step in a finished configuration (``observe``), else a stand-in whose documents are the next k the
-  question ranks (``StandIns``); any other text output is an answer: the one seen for that follow-up, else the
-  gold answer. A single-step method has one path.
+  ``follow_up`` or has a yes/no output: IterDRAG's decomposition) asks on its first j calls and writes "none" (or
+  no) after; the follow-up it asks is the one seen asked for the question at that step in a finished
+  configuration (``observe``), else a stand-in whose documents are the next k the question ranks
+  (``StandIns``); any other text output is an answer: the one seen for that follow-up, else the gold answer. A
+  single-step method has one path.
 - **Calibration from finished configurations.** What the tokens cannot say -- how many follow-ups IterDRAG asks
   before it stops, how often the adapter must ask again for a reply it could not read -- is learned from the
   per-question records (``predictions.jsonl``) of the configurations of the same method and shot count already
@@ -147,11 +147,9 @@ class Script:
 
     def outputs(self, signature, inputs: Mapping[str, Any]) -> dict[str, Any]:
         fields = signature.output_fields
-        follow_up = next((name for name in fields if name.endswith("follow_up")), None)
-        if follow_up or any(field.annotation is bool for field in fields.values()):  # a step decision
-            key = "follow_up" if follow_up else signature.__name__  # IterDRAG's first and later steps count as one
-            step = self.decided[key]
-            self.decided[key] += 1
+        if "follow_up" in fields or any(field.annotation is bool for field in fields.values()):  # a step decision
+            step = self.decided[signature.__name__]
+            self.decided[signature.__name__] += 1
             yes = step < self.follow_ups
             if not yes:
                 text = NO_FOLLOW_UP

@@ -15,14 +15,7 @@ from ragscale.programs.retrieval import format_passage
 def answering(right: bool = True) -> DummyLM:
     """A DummyLM that answers every training question (rightly or not) and needs no follow-up."""
     return DummyLM(
-        {
-            ex.question: {
-                "first_follow_up": "none",
-                "follow_up": "none",
-                "answer": ex.answers[0] if right else "Nowhere",
-            }
-            for ex in examples()
-        }
+        {ex.question: {"follow_up": "none", "answer": ex.answers[0] if right else "Nowhere"} for ex in examples()}
     )
 
 
@@ -125,8 +118,7 @@ def test_bootstrap_compiles_iterdrag():
         lm=answering(right=True),
         adapter=dspy.ChatAdapter(),
     )
-    assert [d.first_follow_up for d in compiled.first_follow_up.demos] == ["none", "none"]
-    assert compiled.decompose.demos == []
+    assert [d.follow_up for d in compiled.decompose.demos] == ["none", "none"]
     assert all(len(d.documents) == 1 for d in compiled.synthesize.demos)
     assert len(compiled.synthesize.demos) == 2
 
@@ -199,7 +191,7 @@ def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):
     compiled.save(str(path), save_program=False)
     reloaded = IterDRAG(FixedRetriever(), k=2)
     reloaded.load(str(path))
-    for name in ("first_follow_up", "decompose", "answer_sub", "synthesize"):
+    for name in ("decompose", "answer_sub", "synthesize"):
         saved = [demo.toDict() for demo in getattr(compiled, name).demos]
         assert getattr(reloaded, name).demos == saved and saved
     assert [d["follow_up"] for d in reloaded.decompose.demos][-1] == "none"
@@ -218,7 +210,7 @@ def following_up() -> DummyLM:
         follow_up = f"Which city holds landmark {i}?"
         replies[f"Q: {follow_up}"] = {"follow_up": "none", "answer": ex.answers[0]}  # the 2nd decomposition
         replies[follow_up] = {"answer": ex.answers[0]}  # the intermediate answer
-        replies[ex.question] = {"first_follow_up": follow_up}  # the first decomposition
+        replies[ex.question] = {"follow_up": follow_up}  # the first decomposition
     return DummyLM(replies)
 
 
@@ -237,7 +229,7 @@ def compile_iterdrag(lm, trainset, **kwargs) -> dspy.Module:
 
 def test_a_right_iterdrag_trace_without_follow_ups_is_not_a_demonstration_for_a_multi_hop_question():
     compiled = compile_iterdrag(answering(right=True), multi_hop())
-    assert compiled.first_follow_up.demos == compiled.decompose.demos == compiled.answer_sub.demos == []
+    assert compiled.decompose.demos == [] and compiled.answer_sub.demos == []
     bootstrapped = [d for d in compiled.synthesize.demos if d.get("augmented")]
     assert bootstrapped == []  # the synthesize demos left are the labeled top-up
 
@@ -289,13 +281,15 @@ def test_a_teacher_needs_a_teleprompter_that_runs_one():
 def test_a_bootstrapped_decomposition_shows_the_follow_ups_as_they_were_when_the_step_was_taken():
     compiled = compile_iterdrag(following_up(), multi_hop())
     for demo in compiled.decompose.demos:  # a trace keeps inputs by reference: later appends must not show
-        assert demo.follow_up == "none" and len(demo.follow_ups) == 1
+        if demo.follow_up == "none":
+            assert len(demo.follow_ups) == 1
+        else:
+            assert demo.follow_ups == [] and demo.follow_up.startswith("Which city")
     assert compiled.decompose.demos
-    assert all(d.first_follow_up.startswith("Which city") for d in compiled.first_follow_up.demos)
 
 
 def test_every_step_of_a_passing_trace_is_a_demonstration_the_follow_up_asked_then_the_stop():
     compiled = compile_iterdrag(following_up(), multi_hop())
-    (first,), (second,) = compiled.first_follow_up.demos[:1], compiled.decompose.demos[:1]
-    assert second.follow_up == "none"  # DSPy keeps one sampled call per trace: often only the stop
-    assert first.first_follow_up == second.follow_ups[0].split(" A: ")[0].removeprefix("Q: ")
+    first, second = compiled.decompose.demos  # DSPy keeps one sampled call per trace: often only the stop
+    assert (first.follow_ups, second.follow_up) == ([], "none")
+    assert first.follow_up == second.follow_ups[0].split(" A: ")[0].removeprefix("Q: ")

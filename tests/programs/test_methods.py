@@ -65,7 +65,7 @@ def test_rag_and_drag_put_the_most_relevant_document_last_and_report_passages(cl
 def test_iterdrag_stops_when_the_model_says_no_follow_up_is_needed():
     lm = DummyLM(
         [
-            {"first_follow_up": "Who wrote The Hobbit?"},
+            {"follow_up": "Who wrote The Hobbit?"},
             {"answer": "Tolkien"},
             {"follow_up": "none"},
             {"answer": "J. R. R. Tolkien"},
@@ -82,7 +82,7 @@ def test_iterdrag_stops_when_the_model_says_no_follow_up_is_needed():
 def test_iterdrag_stops_at_max_iterations_and_still_synthesizes():
     lm = DummyLM(
         [
-            {"first_follow_up": "First?"},
+            {"follow_up": "First?"},
             {"answer": "one"},
             {"follow_up": "Second?"},
             {"answer": "two"},
@@ -101,7 +101,7 @@ def test_iterdrag_stops_at_max_iterations_and_still_synthesizes():
 def test_iterdrag_stops_when_the_model_repeats_a_follow_up():
     lm = DummyLM(
         [
-            {"first_follow_up": "Who wrote it first?"},
+            {"follow_up": "Who wrote it first?"},
             {"answer": "Tolkien"},
             {"follow_up": "who wrote it first"},
             {"answer": "Tolkien"},
@@ -127,7 +127,7 @@ def test_iterdrag_gathers_every_retrieval_without_repeats_most_relevant_last():
     retriever = TableRetriever([a, b], {"Sub?": [c, a, d]})
     lm = DummyLM(
         [
-            {"first_follow_up": "Sub?"},
+            {"follow_up": "Sub?"},
             {"answer": "x"},
             {"follow_up": "none"},
             {"answer": "y"},
@@ -177,8 +177,7 @@ def test_a_follow_up_question_is_not_read_as_none(text):
 
 
 def test_iterdrag_reports_its_follow_ups_and_demonstrates_only_with_one_on_a_multi_hop_question():
-    replies = [{"first_follow_up": "Who wrote The Hobbit?"}, {"answer": "Tolkien"}, {"follow_up": "none"}]
-    replies.append({"answer": "x"})
+    replies = [{"follow_up": "Who wrote The Hobbit?"}, {"answer": "Tolkien"}, {"follow_up": "none"}, {"answer": "x"}]
     lm = DummyLM(replies)
     program = IterDRAG(TableRetriever([passage("A")]), k=1)
     pred = run(program, lm)
@@ -199,6 +198,6 @@ def test_a_method_without_a_defining_step_says_so_with_no_behaviour(method):
 def test_a_follow_up_that_copies_the_q_a_framing_is_read_as_its_question_and_a_copied_one_is_a_repeat():
     assert follow_up_of("Q: Who wrote it? A: Tolkien") == "Who wrote it?"
     echo = {"follow_up": "Q: Who wrote it first? A: x"}
-    lm = DummyLM([{"first_follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, echo, {"answer": "Tolkien"}])
+    lm = DummyLM([{"follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, echo, {"answer": "Tolkien"}])
     pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3), lm)
     assert (pred.sub_questions, pred.stop) == (["Who wrote it first?"], "repeated_follow_up")
