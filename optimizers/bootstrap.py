@@ -38,13 +38,14 @@ class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
         round 0) and, if the metric passes, add every call of its trace to ``name2traces``."""
         trace: list = []
         success = False
+        teacher = self._teacher_without(example)
         try:
             with dspy.context(trace=[], **self.teacher_settings):
                 lm = dspy.settings.lm
                 if round_idx > 0:
                     lm = lm.copy(rollout_id=round_idx, temperature=1.0)
                 with dspy.context(lm=lm):
-                    prediction = self.teacher(**example.inputs())
+                    prediction = teacher(**example.inputs())
                     trace = list(dspy.settings.trace)
             if self.metric is None:
                 success = True
@@ -59,11 +60,23 @@ class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
                 raise
             logger.error("could not run or score training example %s: %s", example, error)
         if success:
+            names = {id(predictor): name for name, predictor in teacher.named_predictors()}
             for predictor, inputs, outputs in trace:
-                name = self.predictor2name.get(id(predictor))
+                name = names.get(id(predictor))
                 if name is not None:
                     self.name2traces[name].append(dspy.Example(augmented=True, **inputs, **outputs))
         return success
+
+    def _teacher_without(self, example: dspy.Example) -> dspy.Module:
+        """The teacher, or, when one of its predictors has ``example`` among its demonstrations, a copy without it:
+        as DSPy does, a training example is hidden from the teacher's own demos, so that its trace is not the demo
+        copied. A copy rather than DSPy's edit of the shared teacher in place, which threads would race on."""
+        if not any(example in predictor.demos for _, predictor in self.teacher.named_predictors()):
+            return self.teacher
+        teacher = self.teacher.deepcopy()
+        for _, predictor in teacher.named_predictors():
+            predictor.demos = [demo for demo in predictor.demos if demo != example]
+        return teacher
 
     def _bootstrap(self, *, max_bootstraps: int | None = None) -> None:
         import contextvars

@@ -293,3 +293,24 @@ def test_every_step_of_a_passing_trace_is_a_demonstration_the_follow_up_asked_th
     first, second = compiled.decompose.demos  # DSPy keeps one sampled call per trace: often only the stop
     assert (first.follow_ups, second.follow_up) == ([], "none")
     assert first.follow_up == second.follow_ups[0].split(" A: ")[0].removeprefix("Q: ")
+
+
+def test_a_training_example_is_hidden_from_the_teachers_own_demonstrations():
+    from ragscale.optimizers.bootstrap import ThreadedBootstrapFewShot
+
+    train = [ex.copy(answer=ex.answers[0]) for ex in examples(2)]  # with an output, so that a demo shows
+    lm = DummyLM({ex.question: {"answer": ex.answers[0]} for ex in train})
+    teacher = RAG(FixedRetriever(), k=1)
+    teacher.answer.demos = [train[0]]  # a teacher compiled on the same training set
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        ThreadedBootstrapFewShot(metric=em_metric, max_bootstrapped_demos=2, max_labeled_demos=0, threads=2).compile(
+            RAG(FixedRetriever(), k=1), teacher=teacher, trainset=train
+        )
+    prompts = {}
+    for call in lm.history:
+        text = " ".join(str(m["content"]) for m in call["messages"])
+        asked = next(ex.question for ex in train if ex.question in str(call["messages"][-1]["content"]))
+        prompts[asked] = text
+    assert prompts[train[0].question].count(train[0].question) == 1  # asked, not shown as its own demo
+    assert train[0].question in prompts[train[1].question]  # the other example still sees the demo
+    assert teacher.answer.demos == [train[0]]  # the teacher itself is left as it was
