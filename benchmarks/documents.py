@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_path", type=Path)
     args = parser.parse_args(argv)
 
-    from ragscale.experiments.cli import go_offline
+    from ragscale.data.offline import go_offline
 
     go_offline()
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-bench-dspy-"))

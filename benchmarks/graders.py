@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    from ragscale.experiments.cli import go_offline
+    from ragscale.data.offline import go_offline
 
     go_offline()
     import dspy

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
     import tempfile
     import warnings
 
-    from ragscale.experiments.cli import go_offline
+    from ragscale.data.offline import go_offline
 
     go_offline()
     os.environ.setdefault("TQDM_DISABLE", "1")

@@ -78,7 +78,7 @@ def evaluate(retriever, examples) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from ragscale.experiments.cli import go_offline
+    from ragscale.data.offline import go_offline
 
     go_offline()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -11,6 +11,7 @@ from ragscale.data.datasets import (
     load_hub,
     load_jsonl,
     load_split,
+    read_jsonl,
     validate_jsonl,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "load_jsonl",
     "load_split",
     "passage_id",
+    "read_jsonl",
     "validate_jsonl",
 ]

@@ -2,12 +2,13 @@
 
 Schema (``../shared/datasets/README.md``): one JSON object per line with ``id`` (str), ``question`` (str),
 ``answers`` (list[str], gold first, then aliases), ``paragraphs`` (list of ``{title, text, is_supporting}``),
-``supporting_titles`` (list[str]), ``type`` (str) and optionally ``decomposition`` (list or null). Every line
-is validated with ``json`` first, so a malformed file fails with a ``DatasetError`` naming the file, the line and
-the field; only then is the file read with ``datasets.load_dataset("json", ...)``.
+``supporting_titles`` (list[str]), ``type`` (str) and optionally ``decomposition`` (list or null); question ids are
+unique within a file. Every line is validated with ``json`` first (``read_jsonl``), so a malformed file fails with a
+``DatasetError`` naming the file, the line and the field; only then is the file read with
+``datasets.load_dataset("json", ...)``.
 
-The caller owns the environment: set ``HF_DATASETS_OFFLINE=1`` (and ``HF_HUB_OFFLINE=1``) for offline runs, or
-``load_dataset`` of a local file still makes one request.
+``datasets`` is imported after ``offline.go_offline()``, which sets ``HF_DATASETS_OFFLINE=1`` and
+``HF_HUB_OFFLINE=1`` unless they are set: without them ``load_dataset`` of a local file still makes one request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from ragscale.data.offline import go_offline
 
 DATASETS = ("hotpotqa", "musique", "2wikimultihopqa", "nq", "bamboogle")
 SPLITS = ("train", "dev")
@@ -89,33 +92,64 @@ def validate_record(record: Any) -> tuple[str, str] | None:
     return None
 
 
-def validate_jsonl(path: str | Path) -> int:
-    """Check every line of a JSONL file against the schema; returns the number of records.
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The records of a JSONL file in the shared schema, in file order, each checked with ``validate_record``.
 
-    Raises ``DatasetError`` naming the file, the 1-based line and the field. Blank lines are skipped.
+    Raises ``DatasetError`` naming the file (and the 1-based line and the field where there is one) for a path that
+    is missing or not a file, bytes that are not UTF-8 (a binary file), a line that is not JSON, a record that breaks
+    the schema, a file without records, and question ids that occur more than once (all of them listed with their
+    lines: a repeated question would be scored twice and its prediction files keyed twice). Blank lines are skipped.
+    Lines are decoded one at a time, so the error names the line where the bytes go wrong.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DatasetError("is a directory, not a JSONL file", path=path)
     if not path.is_file():
         raise DatasetError("no such file", path=path)
-    count = 0
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DatasetError(
-                    f"invalid JSON ({error.msg} at column {error.colno})", path=path, line=number
-                ) from error
-            problem = validate_record(record)
-            if problem is not None:
-                field, message = problem
-                raise DatasetError(f"field {field!r}: {message}", path=path, line=number, field=field)
-            count += 1
-    if count == 0:
+    records: list[dict] = []
+    lines_of: dict[str, list[int]] = {}
+    try:
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as error:
+                    raise DatasetError(
+                        f"not UTF-8 text (byte {error.start} of the line): a JSONL file is UTF-8",
+                        path=path,
+                        line=number,
+                    ) from error
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise DatasetError(
+                        f"invalid JSON ({error.msg} at column {error.colno})", path=path, line=number
+                    ) from error
+                problem = validate_record(record)
+                if problem is not None:
+                    field, message = problem
+                    raise DatasetError(f"field {field!r}: {message}", path=path, line=number, field=field)
+                lines_of.setdefault(record["id"], []).append(number)
+                records.append(record)
+    except OSError as error:
+        raise DatasetError(f"cannot be read: {error.strerror or error}", path=path) from error
+    if not records:
         raise DatasetError("no records", path=path)
-    return count
+    repeated = {qid: lines for qid, lines in lines_of.items() if len(lines) > 1}
+    if repeated:
+        shown = "; ".join(
+            f"{qid!r} on lines {', '.join(map(str, lines))}" for qid, lines in list(repeated.items())[:10]
+        )
+        more = f"; and {len(repeated) - 10} more" if len(repeated) > 10 else ""
+        raise DatasetError(f"{len(repeated)} question id(s) occur more than once: {shown}{more}", path=path, field="id")
+    return records
+
+
+def validate_jsonl(path: str | Path) -> int:
+    """Check a JSONL file as ``read_jsonl`` does; returns the number of records."""
+    return len(read_jsonl(path))
 
 
 def to_example(record: Mapping) -> Any:
@@ -154,6 +188,7 @@ def load_jsonl(path: str | Path, *, cache_dir: str | Path | None = None) -> list
     ``datasets.load_dataset("json", data_files=path, split="train")``; ``cache_dir`` is passed to it.
     """
     validate_jsonl(path)
+    go_offline()
     from datasets import load_dataset
 
     rows = load_dataset(
@@ -166,10 +201,13 @@ def load_jsonl(path: str | Path, *, cache_dir: str | Path | None = None) -> list
 
 
 def load_hub(name: str, split: str, **kwargs: Any) -> list[Any]:
-    """Load a Hugging Face hub dataset whose rows follow the shared schema (needs a reachable hub).
+    """Load a Hugging Face hub dataset whose rows follow the shared schema: it needs a reachable hub, and
+    ``HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0`` in the environment before ragscale first uses ``datasets``
+    (``offline.go_offline`` sets them to 1 otherwise).
 
     ``kwargs`` go to ``datasets.load_dataset``; rows are validated as records (line = row number, 1-based).
     """
+    go_offline()
     from datasets import load_dataset
 
     rows = load_dataset(name, split=split, **kwargs)

@@ -5,7 +5,9 @@ question id; the CI is the percentile interval of the mean difference over `resa
 questions, drawn with a seeded generator (the same runs give the same table). Differences are in percentage
 points. The baseline is a given run (`--baseline RUN`: an id, a unique id prefix or a run name) or, per dataset,
 the latest closed-book run with the same LM (else any LM), else the dataset's first run. Each row also shows the
-method's defining behaviour (``behaviour.<name>`` metrics: IterDRAG's follow-ups, Self-RAG's retrieval rate, ...).
+method's defining behaviour (``behaviour.<name>`` metrics: IterDRAG's follow-ups, Self-RAG's retrieval rate, ...)
+and how many of its questions failed (they score 0). Only FINISHED runs are compared unless FAILED and KILLED runs
+are asked for (``load_runs(unfinished=True)``, ``compare --unfinished``): their rows are marked with their status.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class RunResult:
     lm: str
     start_time: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
+    status: str = "FINISHED"
+    failed: int = 0
     em: dict[str, float] = field(default_factory=dict)
     f1: dict[str, float] = field(default_factory=dict)
 
@@ -93,13 +97,19 @@ class RunResult:
         )
 
 
-def load_runs(runs_dir: Path) -> list[RunResult]:
-    """Finished runs of the store under `runs_dir`, oldest first, with their predictions."""
+def load_runs(runs_dir: Path, *, unfinished: bool = False) -> list[RunResult]:
+    """Finished runs of the store under `runs_dir`, oldest first, with their predictions; with `unfinished`, also
+    the FAILED and KILLED runs that logged predictions (their rows say so in the status column)."""
     from ragscale.experiments import tracking
 
+    statuses = ("FINISHED", "FAILED", "KILLED") if unfinished else ("FINISHED",)
     results = []
-    for run in tracking.finished_runs(runs_dir):
+    for run in tracking.finished_runs(runs_dir, statuses=statuses):
         params = run.data.params
+        if run.info.status != "FINISHED":
+            logged = [a.path for a in tracking.client(runs_dir).list_artifacts(run.info.run_id)]
+            if PREDICTIONS not in logged:
+                continue
         path = tracking.artifact_path(runs_dir, run.info.run_id, PREDICTIONS)
         with path.open(encoding="utf-8") as fh:
             records = [json.loads(line) for line in fh if line.strip()]
@@ -114,6 +124,8 @@ def load_runs(runs_dir: Path) -> list[RunResult]:
                 lm=params.get("lm", "?"),
                 start_time=run.info.start_time or 0,
                 metrics=dict(run.data.metrics),
+                status=run.info.status,
+                failed=sum(r.get("error") is not None for r in records),
             )
         )
     return results
@@ -185,6 +197,8 @@ def compare_runs(
                 "dataset": run.dataset,
                 "lm": run.lm,
                 "n": len(run.em),
+                "failed": run.failed,
+                "status": run.status,
                 "em": sum(run.em.values()) / len(run.em) if run.em else 0.0,
                 "f1": sum(run.f1.values()) / len(run.f1) if run.f1 else 0.0,
                 EFFECTIVE_CONTEXT: run.metrics.get(EFFECTIVE_CONTEXT),
@@ -220,6 +234,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         "dataset",
         "lm",
         "n",
+        "failed",
         "EM",
         "F1",
         "dEM [95% CI]",
@@ -231,12 +246,13 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     for row in rows:
         tokens = row[EFFECTIVE_CONTEXT]
         cells = [
-            row["run_id"][:8],
+            row["run_id"][:8] + ("" if row["status"] == "FINISHED" else f" ({row['status']})"),
             row["method"],
             row["optimizer"],
             row["dataset"],
             row["lm"],
             str(row["n"]),
+            str(row["failed"]),
             f"{row['em']:.1f}",
             f"{row['f1']:.1f}",
             _ci(row["em_diff"], row["is_baseline"]),

@@ -2,8 +2,10 @@
 
 A `RunConfig` is built from CLI flags or from a TOML file under `runs/configs/` (flags override the file). It is
 validated on construction: an unknown method, optimizer, dataset, adapter, retriever or metric fails naming the
-valid choices. `asdict(config)` is logged to MLflow whole, so a run can be rerun from its params (`to_toml`).
-The LM name is checked by `load_lm` when the runner loads it (a preset, a local directory, a .gguf file or an
+valid choices, and a value of the wrong type (from a TOML file or a Python caller) fails naming the field.
+`asdict(config)` is logged to MLflow whole, so a run can be rerun from its params (`to_toml`). What the config
+points at (the LM, the data files, the runs directory) is checked before the model loads by `inputs.check_inputs`,
+and the LM name again by `load_lm` when the runner loads it (a preset, a local directory, a .gguf file or an
 OpenAI-compatible server model).
 """
 
@@ -31,6 +33,8 @@ class RunConfig:
     """One run: compile `method` with `optimizer` on the train split of `dataset`, evaluate on its dev split.
 
     `lm` answers; `teacher` (an LM name, bootstrap-family optimizers only) writes the traces `lm` learns from.
+    `api_base` is the server of `lm` (an `openai/<model>`) and `teacher_api_base` the teacher's own: a local
+    student may learn from a teacher on a server, or the other way round.
 
     Paths are made absolute on construction (relative ones are taken from the current directory), so the params
     logged to MLflow point at the same files wherever the run is inspected from.
@@ -42,6 +46,7 @@ class RunConfig:
     lm: str = DEFAULT_LM
     teacher: str | None = None
     api_base: str | None = None
+    teacher_api_base: str | None = None
     weights: str | None = None
     adapter: str = "field"
     max_tokens: int = 256
@@ -71,9 +76,7 @@ class RunConfig:
         from ragscale.programs.retrieval import RETRIEVERS
 
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _INT_FIELDS and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ConfigError(f"{f.name} must be an integer, got {value!r}")
+            _check_type(f.name, getattr(self, f.name))
         _choices("method", self.method, PROGRAMS)
         _choices("optimizer", self.optimizer, OPTIMIZERS)
         _choices("dataset", self.dataset, DATASETS)
@@ -82,8 +85,10 @@ class RunConfig:
             _choices("weights", self.weights, WEIGHTS)
         _choices("retriever", self.retriever, RETRIEVERS)
         _choices("metric", self.metric, METRICS)
-        if not isinstance(self.lm, str) or not self.lm:
+        if not self.lm:
             raise ConfigError(f"lm must be a non-empty name or path, got {self.lm!r}")
+        if self.teacher_api_base is not None and self.teacher is None:
+            raise ConfigError(f"teacher_api_base {self.teacher_api_base!r} is given but no teacher is")
         if self.teacher is not None:
             from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 
@@ -92,8 +97,6 @@ class RunConfig:
                     f"teacher {self.teacher!r} needs an optimizer that runs a teacher program "
                     f"({', '.join(TEACHER_OPTIMIZERS)}), got optimizer {self.optimizer!r}"
                 )
-        if not isinstance(self.cache, bool):
-            raise ConfigError(f"cache must be true or false, got {self.cache!r}")
         for name, low in (
             ("k", 1),
             ("max_iterations", 1),
@@ -144,16 +147,30 @@ class RunConfig:
     def from_toml(cls, path: Path | str, **overrides: Any) -> RunConfig:
         """Read a config from a TOML file of flat `key = value` lines; `overrides` win over the file.
 
-        Relative paths inside the file are taken from the current directory. Unknown keys fail by name.
+        Relative paths inside the file are taken from the current directory. Unknown keys, and values of the wrong
+        type, fail naming the file and the key; so do a path that is not a readable file and a file that is not
+        UTF-8 TOML.
         """
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"config {path} is a directory, not a TOML file")
         try:
             with path.open("rb") as fh:
                 values = tomllib.load(fh)
         except FileNotFoundError as exc:
             raise ConfigError(f"config file not found: {path}") from exc
+        except OSError as exc:
+            raise ConfigError(f"config {path} cannot be read: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not a TOML file (not UTF-8 text at byte {exc.start})") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        for key, value in values.items():
+            if key in _FIELD_TYPES:
+                try:
+                    _check_type(key, value)
+                except ConfigError as exc:
+                    raise ConfigError(f"{path}: {exc}") from None
         return cls.from_mapping({**values, **overrides}, source=str(path))
 
     @classmethod
@@ -168,14 +185,25 @@ class RunConfig:
         return cls(**values)
 
 
-_INT_FIELDS = {
-    "max_tokens",
-    "k",
-    "max_iterations",
-    "max_demos",
-    "max_docs_per_demo",
-    "limit",
-    "train_limit",
-    "threads",
-    "seed",
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "str": ((str,), "a string"),
+    "int": ((int,), "an integer"),
+    "bool": ((bool,), "true or false"),
+    "Path": ((str, Path), "a path (a string)"),
+    "None": ((type(None),), "unset"),
 }
+"""What each annotation of a ``RunConfig`` field accepts, and how an error names it."""
+
+_FIELD_TYPES = {f.name: f.type for f in fields(RunConfig)}
+
+
+def _check_type(name: str, value: Any) -> None:
+    """Raise ``ConfigError`` unless ``value`` fits the annotation of field ``name`` (``str | None``, ``int``, ...):
+    a TOML file or a Python caller can give any type, and a list, a number or a string in the wrong field would
+    otherwise fail later as a TypeError far from its cause. A bool is not accepted as an integer."""
+    kinds = [_KINDS[part.strip()] for part in _FIELD_TYPES[name].split("|")]
+    accepted = tuple(kind for types, _ in kinds for kind in types)
+    if isinstance(value, accepted) and not (isinstance(value, bool) and bool not in accepted):
+        return
+    wanted = " or ".join(text for _, text in kinds)
+    raise ConfigError(f"{name} must be {wanted}, got {value!r} ({type(value).__name__})")

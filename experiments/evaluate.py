@@ -17,6 +17,8 @@ compiling, evaluating), peak_rss_gb (the process's peak resident memory so far, 
 it is the process's only run) and weights_gb (the bytes of the local LM's weights as loaded, packed copies
 included; None for a server LM), behaviour (``{name: mean}`` of the method's defining step per question, see
 ``ragscale.programs.behaviour``: rates 0-1, counts per question; ``{}`` for closed-book, RAG and DRAG),
+resumed (the questions carried over from an earlier, killed or failed, attempt of the same run: their records are
+counted like the others, but questions_per_minute counts only the questions answered in this attempt),
 mlflow_run_id.
 """
 
@@ -43,7 +45,7 @@ SUMMARY_KEYS = (
     "method", "dataset", "optimizer", "lm", "n", "failed", "em", "f1", "acc", "retrieval_recall",
     "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question", "questions_per_minute", "eval_s",
     "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens", "wall_s", "peak_rss_gb",
-    "weights_gb", "behaviour", "mlflow_run_id",
+    "weights_gb", "behaviour", "resumed", "mlflow_run_id",
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
@@ -122,27 +124,34 @@ def evaluate(
     records_path: Path,
     progress: bool = True,
     on_record: Callable[[dict], None] | None = None,
+    done: Sequence[Mapping] = (),
 ) -> list[dict]:
     """Answer `examples` with `threads` workers, appending each record to `records_path` as it finishes.
 
     Each worker runs in a copy of the caller's context, so `dspy.context(lm=..., adapter=...)` set around this
     call (a contextvar in DSPy 3.4) reaches the worker threads, and each question's `meter()` is its own.
-    Records are flushed one by one: an interrupted run keeps everything that finished.
+    Records are flushed one by one: an interrupted run keeps everything that finished. `done` (records of an
+    earlier attempt, by question id) are written first and their questions are not asked again.
     """
     from tqdm.auto import tqdm
 
-    records: list[dict] = []
+    ids = {str(ex.id) for ex in examples}
+    records: list[dict] = [dict(r) for r in done if str(r["id"]) in ids]
+    carried = {str(r["id"]) for r in records}
+    todo = [ex for ex in examples if str(ex.id) not in carried]
     records_path.parent.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ragscale-eval")
     try:
         with (
             records_path.open("w", encoding="utf-8") as out,
-            tqdm(total=len(examples), desc="evaluating", unit="q", disable=not progress) as bar,
+            tqdm(total=len(examples), initial=len(records), desc="evaluating", unit="q", disable=not progress) as bar,
         ):
+            for record in records:
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.flush()
             retrieves = getattr(program, "retriever", None) is not None  # closed-book has no recall to report
             futures = [
-                pool.submit(contextvars.copy_context().run, answer_one, program, ex, retrieves=retrieves)
-                for ex in examples
+                pool.submit(contextvars.copy_context().run, answer_one, program, ex, retrieves=retrieves) for ex in todo
             ]
             for future in as_completed(futures):
                 record = future.result()
@@ -185,11 +194,14 @@ def summarize(
     wall_s: float,
     run_id: str | None,
     compile_s: float = 0.0,
-    compile_usage=None,
+    compile_usage: Mapping[str, int] | None = None,
     weights_bytes: int | None = None,
+    resumed: int = 0,
 ) -> dict[str, Any]:
     """The run summary (see the module docstring); failed questions count as 0 in the score means.
-    ``compile_usage`` (a ``UsageMeter`` around compilation) gives the compile_* counts, 0 without one."""
+    ``compile_usage`` (the counts of the LM calls compiling made: calls, input_tokens, output_tokens) gives the
+    compile_* counts, 0 without it. ``resumed`` of the records were carried over from an earlier attempt."""
+    usage = compile_usage or {"calls": 0, "input_tokens": 0, "output_tokens": 0}
     n = len(records)
     recalls = [r["retrieval_recall"] for r in records if r["retrieval_recall"] is not None]
     return {
@@ -206,16 +218,17 @@ def summarize(
         "lm_calls_per_question": round(_mean([r["lm_calls"] for r in records]), 3),
         EFFECTIVE_CONTEXT: round(_mean([r["input_tokens"] for r in records]), 1),
         "output_tokens_per_question": round(_mean([r["output_tokens"] for r in records]), 1),
-        "questions_per_minute": round(60 * n / eval_s, 2) if eval_s > 0 else 0.0,
+        "questions_per_minute": round(60 * (n - resumed) / eval_s, 2) if eval_s > 0 else 0.0,
         "eval_s": round(eval_s, 2),
         "compile_s": round(compile_s, 2),
-        "compile_lm_calls": compile_usage.calls if compile_usage else 0,
-        "compile_input_tokens": compile_usage.input_tokens if compile_usage else 0,
-        "compile_output_tokens": compile_usage.output_tokens if compile_usage else 0,
+        "compile_lm_calls": usage["calls"],
+        "compile_input_tokens": usage["input_tokens"],
+        "compile_output_tokens": usage["output_tokens"],
         "wall_s": round(wall_s, 2),
         "peak_rss_gb": round(peak_rss_gb(), 2),
         "weights_gb": None if weights_bytes is None else round(weights_bytes / 1e9, 3),
         "behaviour": behaviour_means(records),
+        "resumed": resumed,
         "mlflow_run_id": run_id,
     }
 

@@ -2,15 +2,19 @@
 
 A JSON or JSONL file is written to a temporary file beside it (named with the process id, so two processes never
 share one) and moved over the target in one rename: a reader, or a run that crashed half-way, sees the old file
-or the new one, never a part. ``slug`` turns an LM name or path into a short file-name-safe label.
+or the new one, never a part. ``slug`` turns an LM name or path into a short file-name-safe label. ``exclusive``
+holds a lock file while processes that share a runs directory must take turns (creating the MLflow store, building
+an index).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +41,17 @@ def slug(text: str) -> str:
     """A file-name-safe short form of an LM name or path: its last path component, runs of other characters as
     one '-', at most 48 characters."""
     return re.sub(r"[^A-Za-z0-9.]+", "-", text.rstrip("/").rsplit("/", 1)[-1]).strip("-")[:48]
+
+
+@contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if needed) for the block, waiting for another process (or
+    thread) that holds it; released when the block ends or the process dies."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -1,12 +1,19 @@
 """The experiment runner: compile a method on a train split, evaluate it on another, track it all in MLflow.
 
-``run_experiment(config)`` does, in order: load the LM (an unknown name fails before anything expensive); load the
-train and eval examples; check that the method's longest prompt fits the LM's window; build the corpus from the
-paragraphs of the questions of this run (the compile subset of train plus the eval subset, a distractor-setting
-pool) and its retriever (index cached under ``<runs_dir>/indexes``); build the program; compile it on train with
-the configured teleprompter and save it as JSON; evaluate it (``evaluate.py``); then log the summary, the
-predictions table, the compiled program and the config to MLflow. A run that raises, or is interrupted, is marked
-FAILED (KILLED) in MLflow with the predictions written so far.
+One concept in one file: one run, from its inputs to its MLflow record, and the pieces the sweep reuses.
+
+``run_experiment(config)`` does, in order: load the train and eval examples (a bad file fails before any model
+loads); load the LM (an unknown name fails before anything expensive); check that the method's longest prompt fits
+the LM's window; find an unfinished run of the same configuration and data to resume (``resume.py``), else open a
+new one; build the corpus from the paragraphs of the questions of this run (the compile subset of train plus the
+eval subset, a distractor-setting pool) and its retriever (index cached under ``<runs_dir>/indexes``); build the
+program; compile it on train with the configured teleprompter and save it as JSON (a resumed run loads the one it
+saved); evaluate the questions not yet answered (``evaluate.py``); then log the summary, the predictions table,
+the compiled program and the config to MLflow.
+
+How a run ends: FINISHED; FAILED when it raises, or when more than ``max_failed`` of its questions failed
+(``RunFailedError``, so that a run whose server was down is not read as a result); KILLED when Ctrl-C or SIGTERM stops
+it. A run that did not finish keeps its predictions so far, logged to MLflow too, and the same command resumes it.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ragscale.experiments import tracking
+from ragscale.experiments import resume, tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, evaluate, summarize, write_tables
-from ragscale.experiments.files import slug, write_json
+from ragscale.experiments.files import exclusive, slug, write_json
+from ragscale.experiments.identity import config_key, data_fingerprint
+from ragscale.experiments.signals import interrupted
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +39,18 @@ PROGRAM = "program.json"
 METRICS = (
     "em", "f1", "acc", "retrieval_recall", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
     "questions_per_minute", "wall_s", "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens",
-    "eval_s", "n", "failed", "peak_rss_gb",
+    "eval_s", "n", "failed", "peak_rss_gb", "resumed",
 )  # fmt: skip
 """The summary's values logged as MLflow metrics (with load_s, index_s and each behaviour value as
 ``behaviour.<name>``)."""
+
+
+MAX_FAILED = 0.5
+"""The default largest fraction of a run's questions that may fail before the run counts as FAILED."""
+
+
+class RunFailedError(RuntimeError):
+    """Too many of a run's questions failed for its scores to mean anything; the run is marked FAILED."""
 
 
 def load_named_lm(
@@ -83,15 +100,16 @@ def load_examples(config: RunConfig, given: tuple[Sequence, Sequence] | None = N
 
 def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence):
     """The config's retriever over the paragraphs of ``train`` and ``evalset`` (index cached under
-    ``<runs_dir>/indexes``)."""
+    ``<runs_dir>/indexes``). Runs on one runs directory build their indexes one at a time, so two runs over the same
+    corpus embed it once (the second finds it built) and never write one chromadb store together."""
     from ragscale.data import build_corpus
     from ragscale.programs.retrieval import build_retriever
 
     corpus = build_corpus([*train, *evalset])
-    log.info("indexing %d passages (%s; cached under %s)", len(corpus), config.retriever, config.runs_dir / "indexes")
-    return build_retriever(
-        corpus, kind=config.retriever, index_dir=config.runs_dir / "indexes", chroma_url=config.chroma_url
-    )
+    index_dir = config.runs_dir / "indexes"
+    log.info("indexing %d passages (%s; cached under %s)", len(corpus), config.retriever, index_dir)
+    with exclusive(index_dir / "build.lock"):
+        return build_retriever(corpus, kind=config.retriever, index_dir=index_dir, chroma_url=config.chroma_url)
 
 
 def build_program_for(config: RunConfig, retriever):
@@ -144,8 +162,15 @@ def run_experiment(
     check_context: bool | None = None,
     compiled=None,
     teacher_lm=None,
+    fresh: bool = False,
+    max_failed: float = MAX_FAILED,
 ) -> dict[str, Any]:
     """Compile, evaluate and track one configuration; returns the summary (``evaluate.SUMMARY_KEYS``).
+
+    An unfinished run with the same configuration and questions (killed, failed, or left RUNNING by a process that
+    died) is resumed: its finished questions and compiled program are kept, and only the rest is computed;
+    ``fresh`` starts a new run instead. More than ``max_failed`` (a fraction, 0-1) of the questions failing, or
+    all of them, ends the run FAILED and raises ``RunFailedError`` after logging what it has.
 
     Overrides, for tests and for the sweep that reuses loaded pieces across configurations: ``lm`` (any dspy LM,
     e.g. DummyLM, instead of ``load_lm(config.lm)``), ``retriever`` (instead of building one from the corpus),
@@ -162,36 +187,55 @@ def run_experiment(
     from ragscale.optimizers.context import fits_context
     from ragscale.programs.lm import make_adapter, meter
 
+    if not 0 <= max_failed <= 1:
+        raise ConfigError(f"max_failed must be a fraction between 0 and 1, got {max_failed}")
     start = time.perf_counter()
     random.seed(config.seed)
     adapter = make_adapter(config.adapter)
+    train, evalset = load_examples(config, examples)
+    if not evalset:
+        raise ConfigError(f"no evaluation questions in {config.eval_path}")
     if check_context is None:
         check_context = lm is None
     if lm is None:
         lm = load_lm_for(config)
     if teacher_lm is None and config.teacher is not None and compiled is None:
         teacher_lm = load_named_lm(
-            config.teacher, api_base=config.api_base, max_tokens=config.max_tokens, weights=config.weights
+            config.teacher, api_base=config.teacher_api_base, max_tokens=config.max_tokens, weights=config.weights
         )
-    train, evalset = load_examples(config, examples)
-    if not evalset:
-        raise ConfigError(f"no evaluation questions in {config.eval_path}")
     if check_context:  # fail before indexing and before a run is opened: the demo-less prompt must fit already
         with dspy.context(lm=lm, adapter=adapter):
             fits_context(build_program_for(config, None), lm, adapter, [*train, *evalset])
     load_s = time.perf_counter() - start
 
-    run_name = config.run_name or default_run_name(config)
-    run_id = tracking.start_run(
-        config.runs_dir,
-        run_name=run_name,
-        params=config.to_params(),
-        parent_run_id=parent_run_id,
-        tags={"method": config.method, "dataset": config.dataset, "optimizer": config.optimizer, "lm": config.lm},
-    )
+    key = config_key(config, data_fingerprint(train, evalset))
+    with exclusive(config.runs_dir / "runs.lock"):  # one step: two processes never take over the same run
+        found = None if fresh else resume.find_resumable(config.runs_dir, key)
+        if found is not None:
+            run_id, lock = found
+            tracking.reopen_run(
+                config.runs_dir, run_id, {"mlflow.parentRunId": parent_run_id} if parent_run_id is not None else None
+            )
+        else:
+            run_id = tracking.start_run(
+                config.runs_dir,
+                run_name=config.run_name or default_run_name(config),
+                params=config.to_params(),
+                parent_run_id=parent_run_id,
+                tags={
+                    "method": config.method,
+                    "dataset": config.dataset,
+                    "optimizer": config.optimizer,
+                    "lm": config.lm,
+                    resume.RUN_KEY_TAG: key,
+                },
+            )
+            lock = resume.claim(config.runs_dir / "work" / run_id)
     work = config.runs_dir / "work" / run_id
-    work.mkdir(parents=True, exist_ok=True)
-    log.info("run %s (%s): %d train, %d eval questions; files in %s", run_name, run_id, len(train), len(evalset), work)
+    done = resume.finished_records(work / PREDICTIONS) if found is not None else []
+    if found is not None:
+        log.info("resuming run %s: %d of %d questions already answered", run_id, len(done), len(evalset))
+    log.info("run %s: %d train, %d eval questions; files in %s", run_id, len(train), len(evalset), work)
     try:
         index_start = time.perf_counter()
         if retriever is None and config.method != "closed-book":
@@ -200,20 +244,30 @@ def run_experiment(
 
         with dspy.context(lm=lm, adapter=adapter):
             program = build_program_for(config, retriever)
-            compile_start = time.perf_counter()
-            with meter() as compile_usage:
-                if compiled is not None:
-                    program.load_state(compiled.dump_state())
-                else:
-                    program = compile_for(config, program, train, lm, adapter, teacher_lm)
-            compile_s = time.perf_counter() - compile_start
-            program.save(str(work / PROGRAM))
+            cost = resume.load_compile(work) if found is not None and (work / PROGRAM).exists() else None
+            if cost is not None:
+                program.load(str(work / PROGRAM))
+            else:
+                compile_start = time.perf_counter()
+                with meter() as usage:
+                    if compiled is not None:
+                        program.load_state(compiled.dump_state())
+                    else:
+                        program = compile_for(config, program, train, lm, adapter, teacher_lm)
+                cost = {
+                    "compile_s": time.perf_counter() - compile_start,
+                    "calls": usage.calls,
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                }
+                program.save(str(work / PROGRAM))
+                resume.save_compile(work, cost)
             if check_context:
                 fits_context(program, lm, adapter, [*train, *evalset])
 
             eval_start = time.perf_counter()
             records = evaluate(
-                program, evalset, threads=config.threads, records_path=work / PREDICTIONS, progress=progress
+                program, evalset, threads=config.threads, records_path=work / PREDICTIONS, progress=progress, done=done
             )
             eval_s = time.perf_counter() - eval_start
 
@@ -223,9 +277,10 @@ def run_experiment(
             eval_s=eval_s,
             wall_s=time.perf_counter() - start,
             run_id=run_id,
-            compile_s=compile_s,
-            compile_usage=compile_usage,
+            compile_s=cost["compile_s"],
+            compile_usage=cost,
             weights_bytes=local_weight_bytes(lm),
+            resumed=len(done),
         )
         write_json(work / "summary.json", summary, indent=2)
         (work / "config.toml").write_text(config.to_toml(), encoding="utf-8")
@@ -240,6 +295,14 @@ def run_experiment(
             run_id,
             [work / PREDICTIONS, *tables, work / PROGRAM, work / "config.toml", work / "summary.json"],
         )
+        failed, n = summary["failed"], summary["n"]
+        if failed == n or failed > max_failed * n:
+            first = next(r["error"] for r in records if r["error"] is not None)
+            raise RunFailedError(
+                f"run {run_id}: {failed} of {n} questions failed (more than max_failed {max_failed:.0%}); "
+                f"the first error: {first}. Fix the cause and rerun the same command: it resumes the run and asks "
+                "the failed questions again"
+            )
     except BaseException as exc:
         # Keep what finished: the predictions written so far go to MLflow with the run marked failed (or killed).
         written = [path for path in (work / PREDICTIONS, work / PROGRAM) if path.exists()]
@@ -247,15 +310,18 @@ def run_experiment(
             tracking.log_artifacts(config.runs_dir, run_id, written)
         except Exception as logging_error:
             log.warning("could not log the partial artifacts of run %s: %s", run_id, logging_error)
-        tracking.end_run(config.runs_dir, run_id, status="KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        tracking.end_run(config.runs_dir, run_id, status="KILLED" if interrupted(exc) else "FAILED")
         raise
+    finally:
+        lock.close()
     tracking.end_run(config.runs_dir, run_id)
     log.info(
-        "run %s finished: EM %.1f F1 %.1f (%d failed) in %.0f s",
+        "run %s finished: EM %.1f F1 %.1f (%d failed, %d resumed) in %.0f s",
         run_id,
         summary["em"],
         summary["f1"],
         summary["failed"],
+        summary["resumed"],
         summary["wall_s"],
     )
     return summary

@@ -5,14 +5,22 @@ open child runs from worker code and tests can point at `tmp_path`. The store is
 `sqlite:///<absolute runs_dir>/mlflow.db`; the experiment is created with its artifact location under
 `<runs_dir>/artifacts` (MLflow's defaults would land both in the current directory). MLflow is imported inside
 the functions: importing this module is cheap.
+
+Any number of processes may open one store at once: the first opening of a store in a process (creating its
+schema, or migrating it, and the ragscale experiment) holds an exclusive lock on ``<runs_dir>/mlflow.lock``, so
+two runs started together on a new runs directory do not both create the tables.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from ragscale.data.offline import go_offline
+from ragscale.experiments.files import exclusive
 
 EXPERIMENT = "ragscale"
 RUN_KIND_TAG = "ragscale.kind"
@@ -24,13 +32,25 @@ def tracking_uri(runs_dir: Path) -> str:
     return f"sqlite:///{Path(runs_dir).resolve() / 'mlflow.db'}"
 
 
+_opened: set[Path] = set()
+_opening = threading.Lock()
+
+
 def client(runs_dir: Path):
-    """An `MlflowClient` on the runs directory's sqlite store (the directory is created if needed)."""
+    """An `MlflowClient` on the runs directory's sqlite store (the directory is created if needed); the store's
+    first opening in this process creates its schema and the ragscale experiment under the store's file lock."""
+    go_offline()  # MLflow reads MLFLOW_DISABLE_TELEMETRY when first imported
     from mlflow.tracking import MlflowClient
 
     runs_dir = Path(runs_dir).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=tracking_uri(runs_dir))
+    mlflow_client = MlflowClient(tracking_uri=tracking_uri(runs_dir))
+    with _opening:
+        if runs_dir not in _opened:
+            with exclusive(runs_dir / "mlflow.lock"):
+                experiment_id(mlflow_client, runs_dir)  # creates the schema on first use, then the experiment
+            _opened.add(runs_dir)
+    return mlflow_client
 
 
 def experiment_id(mlflow_client, runs_dir: Path, name: str = EXPERIMENT) -> str:
@@ -52,6 +72,7 @@ def start_run(
     kind: str = "run",
 ) -> str:
     """Create a run holding `params` (the whole config) and return its id; a child run when `parent_run_id`."""
+    go_offline()
     from mlflow.entities import Param, RunTag
 
     mlflow_client = client(runs_dir)
@@ -72,6 +93,7 @@ def log_metrics(runs_dir: Path, run_id: str, metrics: Mapping[str, float | None]
     """Log numeric metrics; None values (e.g. recall of a closed-book run) are left out."""
     import time
 
+    go_offline()
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
@@ -86,13 +108,50 @@ def log_artifacts(runs_dir: Path, run_id: str, paths: list[Path]) -> None:
 
 
 def end_run(runs_dir: Path, run_id: str, status: str = "FINISHED") -> None:
-    """Mark a run FINISHED or FAILED."""
+    """Mark a run FINISHED, FAILED or KILLED."""
     client(runs_dir).set_terminated(run_id, status=status)
+
+
+def reopen_run(runs_dir: Path, run_id: str, tags: Mapping[str, str] | None = None) -> None:
+    """Mark a killed or failed run RUNNING again (a resumed run), with ``tags`` set on it."""
+    mlflow_client = client(runs_dir)
+    mlflow_client.update_run(run_id, status="RUNNING")
+    for key, value in (tags or {}).items():
+        mlflow_client.set_tag(run_id, key, value)
+
+
+def unfinished_runs(runs_dir: Path, tag: str, value: str) -> list[Any]:
+    """Runs of the ragscale experiment tagged ``tag = value`` that did not finish (RUNNING, FAILED or KILLED),
+    newest first; empty when there is no store."""
+    return search_runs(
+        runs_dir, f"tags.`{tag}` = '{value}' and attributes.status != 'FINISHED'", order="DESC", max_results=100
+    )
+
+
+def search_runs(runs_dir: Path, filter_string: str, *, order: str = "ASC", max_results: int = 10_000) -> list[Any]:
+    """Runs of the ragscale experiment that match ``filter_string`` (MLflow's search syntax), by start time
+    (``order`` ASC or DESC); empty when there is no store or no experiment yet."""
+    runs_dir = Path(runs_dir).resolve()
+    if not (runs_dir / "mlflow.db").exists():
+        return []
+    mlflow_client = client(runs_dir)
+    experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
+    if experiment is None:
+        return []
+    return list(
+        mlflow_client.search_runs(
+            [experiment.experiment_id],
+            filter_string=filter_string,
+            order_by=[f"attributes.start_time {order}"],
+            max_results=max_results,
+        )
+    )
 
 
 def artifact_path(runs_dir: Path, run_id: str, name: str) -> Path:
     """The local path of a run's artifact `name`: read in place from a local artifact store (the default, under
     `<runs_dir>/artifacts`), downloaded to a temporary folder from a remote one."""
+    go_offline()
     from mlflow.artifacts import download_artifacts
     from mlflow.utils.file_utils import local_file_uri_to_path
 
@@ -104,19 +163,8 @@ def artifact_path(runs_dir: Path, run_id: str, name: str) -> Path:
     return Path(download_artifacts(run_id=run_id, artifact_path=name, tracking_uri=tracking_uri(runs_dir)))
 
 
-def finished_runs(runs_dir: Path, kind: str = "run") -> list[Any]:
-    """Finished runs of the ragscale experiment of this kind, oldest first (empty when there is no store)."""
-    runs_dir = Path(runs_dir).resolve()
-    if not (runs_dir / "mlflow.db").exists():
-        return []
-    mlflow_client = client(runs_dir)
-    experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)
-    if experiment is None:
-        return []
-    runs = mlflow_client.search_runs(
-        [experiment.experiment_id],
-        filter_string=f"tags.`{RUN_KIND_TAG}` = '{kind}' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time ASC"],
-        max_results=10_000,
-    )
-    return list(runs)
+def finished_runs(runs_dir: Path, kind: str = "run", statuses: tuple[str, ...] = ("FINISHED",)) -> list[Any]:
+    """Runs of the ragscale experiment of this kind that ended with one of ``statuses``, oldest first (empty when
+    there is no store)."""
+    runs = search_runs(runs_dir, f"tags.`{RUN_KIND_TAG}` = '{kind}'")
+    return [run for run in runs if run.info.status in statuses]

@@ -3,12 +3,14 @@
 ``check_fits_context`` formats each predictor's prompt with stand-in inputs as long as the data's longest question
 and a long document, as many documents as the program says the predictor can see (``max_documents()``), and
 the demonstrations it has (or, before compiling, stand-in ones), counts it with the LM's tokenizer
-(``prompt_tokens``) and raises ``ContextWindowError`` when it and the answer's ``max_tokens`` cannot fit.
-``fits_context`` takes those stand-ins from a run's examples.
+(``prompt_tokens``) and raises ``ContextWindowError`` when it and the answer's ``max_tokens`` cannot fit. A prompt
+far over the window is refused from an estimate (``linear_estimate``) without being built, so no k or demonstration
+count makes the check itself use unbounded memory. ``fits_context`` takes those stand-ins from a run's examples.
 """
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import dspy
@@ -42,6 +44,49 @@ def longest_inputs(
     return inputs
 
 
+def _longest_prompt_tokens(
+    predictor: dspy.Predict,
+    lm: dspy.BaseLM | None,
+    adapter: dspy.Adapter,
+    count_tokens: Callable[[str], int] | None,
+    question: str,
+    document: str,
+    documents: int,
+    follow_ups: int,
+    stand_ins: int,
+    demo_documents: int,
+) -> int:
+    """Tokens of ``predictor``'s prompt with stand-in inputs (``longest_inputs``) of ``documents`` documents and
+    ``follow_ups`` follow-ups, after its own demonstrations and ``stand_ins`` stand-in ones of ``demo_documents``
+    documents each (the question as every output)."""
+    signature = predictor.signature
+    inputs = longest_inputs(signature, documents, question, document, follow_ups)
+    stand_in = longest_inputs(signature, demo_documents, question, document, follow_ups)
+    stand_in.update(dict.fromkeys(signature.output_fields, question))
+    demos = list(predictor.demos) + [stand_in] * stand_ins
+    return prompt_tokens(lm, adapter.format(signature, demos, inputs), count_tokens)
+
+
+def linear_estimate(
+    tokens: Callable[[int, int, int, int], int], documents: int, follow_ups: int, stand_ins: int, demo_documents: int
+) -> int:
+    """The tokens of a prompt with these counts, extrapolated from prompts of at most one of each.
+
+    ``tokens(documents, follow_ups, stand_ins, demo_documents)`` formats and counts one prompt. A prompt grows
+    linearly in each count (every document, follow-up and stand-in demonstration adds its own text), so the cost of
+    one of each, measured on prompts of at most two entries, times the counts estimates the whole without building
+    it: k = 1,000,000 would otherwise format and tokenise a million documents.
+    """
+    base = tokens(0, 0, 0, 0)
+    per_document = tokens(1, 0, 0, 0) - base
+    per_follow_up = tokens(0, 1, 0, 0) - base
+    one_demo = tokens(0, 0, 1, 0)
+    per_demo = one_demo - base
+    per_demo_document = tokens(0, 0, 1, 1) - one_demo
+    per_stand_in = per_demo + demo_documents * per_demo_document + follow_ups * per_follow_up
+    return base + documents * per_document + follow_ups * per_follow_up + stand_ins * per_stand_in
+
+
 def check_fits_context(
     program: dspy.Module,
     lm: dspy.BaseLM | None,
@@ -67,6 +112,11 @@ def check_fits_context(
     Before compiling, pass ``max_demos`` and ``max_docs_per_demo``: predictors with fewer demonstrations are
     filled with stand-in ones (the same stand-in inputs with ``max_docs_per_demo`` documents, unless the program
     drops demo documents, and the question as every output).
+
+    The prompt is first estimated from prompts of one document, follow-up and demonstration (``linear_estimate``);
+    only when that is under twice the window is the whole prompt formatted and counted, so the memory this check
+    uses is bounded by the window whatever k, iterations or demonstrations a config asks for, and a prompt near the
+    window is judged by its exact count.
     """
     if context_window is None:
         context_window = window_of(lm)
@@ -78,13 +128,11 @@ def check_fits_context(
     follow_ups = getattr(program, "max_iterations", 1)
     estimates: dict[str, int] = {}
     for name, predictor in program.named_predictors():
-        signature = predictor.signature
-        inputs = longest_inputs(signature, documents.get(name, 0), question, document, follow_ups)
-        stand_in = longest_inputs(signature, demo_documents, question, document, follow_ups)
-        stand_in.update(dict.fromkeys(signature.output_fields, question))
-        demos = list(predictor.demos) + [stand_in] * max(0, max_demos - len(predictor.demos))
-        messages = adapter.format(signature, demos, inputs)
-        estimates[name] = prompt_tokens(lm, messages, count_tokens)
+        tokens = partial(_longest_prompt_tokens, predictor, lm, adapter, count_tokens, question, document)
+        sizes = (documents.get(name, 0), follow_ups, max(0, max_demos - len(predictor.demos)), demo_documents)
+        estimates[name] = linear_estimate(tokens, *sizes)
+        if estimates[name] + reserve <= 2 * context_window:  # small enough to format: count the real prompt
+            estimates[name] = tokens(*sizes)
         if estimates[name] + reserve > context_window:
             raise ContextWindowError(
                 f"{type(program).__name__}.{name}: the longest prompt is estimated at {estimates[name]} tokens "

@@ -11,7 +11,7 @@ SHARED = REPO.parent / "shared"
 
 
 def pytest_configure(config):
-    from ragscale.experiments.cli import go_offline
+    from ragscale.data.offline import go_offline
 
     go_offline()
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-dspy-cache-"))
@@ -24,3 +24,18 @@ def shared_datasets() -> Path:
     if not path.is_dir():
         pytest.fail(f"shared datasets not found at {path}: tests need ../shared beside the repository")
     return path
+
+
+@pytest.fixture
+def data_dir(tmp_path) -> Path:
+    """hotpotqa/train.jsonl (q0-q3) and hotpotqa/dev.jsonl (q4-q6) in the shared schema (made-up facts, see
+    ``doubles.FACTS``): 14 passages."""
+    import json
+
+    from doubles import record
+
+    folder = tmp_path / "data" / "hotpotqa"
+    folder.mkdir(parents=True)
+    for split, ids in (("train", range(4)), ("dev", range(4, 7))):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(record(i)) + "\n" for i in ids))
+    return tmp_path / "data"

@@ -2,38 +2,24 @@
 
 One module per group of subcommands: ``runs`` (run, compare), ``documents`` (ingest, ask), ``sweep`` (sweep,
 allocate); each adds its parsers with ``add_<name>(subparsers)``, which set ``func(args) -> exit code``. Exit
-codes: 0 success, 2 a usage or configuration error (an unknown method, optimizer, dataset or LM name, listed with
-the valid ones), 1 a failed run.
+codes: 0 success; 1 a failed run (more than ``--max-failed`` of its questions failed, or it raised); 2 a usage or
+configuration error (an unknown method, optimizer, dataset or LM name, listed with the valid ones; a bad input
+file); 130 stopped by Ctrl-C and 143 by SIGTERM (the run is KILLED, its finished questions kept: the same command
+resumes it).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
+from ragscale.data.offline import go_offline
 from ragscale.experiments.cli import documents, runs, sweep
 from ragscale.experiments.config import ConfigError
 
 log = logging.getLogger("ragscale")
-
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-}
-"""What keeps the libraries off the network: the model hub, ``datasets``, LiteLLM's price map, MLflow's telemetry."""
-
-
-def go_offline() -> None:
-    """Set ``OFFLINE_ENV`` (a variable already set wins); before DSPy, LiteLLM, MLflow, transformers or datasets is
-    imported, as they read it then. Every entry point (the CLI, the demo, the benchmarks, the tests) does it."""
-    for key, value in OFFLINE_ENV.items():
-        os.environ.setdefault(key, value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def prepare_process() -> None:
     """What every entry point does first: the offline environment (before DSPy, LiteLLM or MLflow is imported) and
-    INFO logging with the chatty libraries quieted."""
+    INFO logging with the chatty libraries quieted, and the C heap's limits (``heap.limit_heap``: they hold only if
+    set before a second thread allocates)."""
     go_offline()
+    from ragscale.programs.lm.heap import limit_heap
+
+    limit_heap()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("alembic", "httpx", "LiteLLM", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -59,6 +49,8 @@ def prepare_process() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ragscale`; returns the exit code (also raised as SystemExit by argparse on bad usage)."""
     prepare_process()
+    from ragscale.experiments.runner import RunFailedError
+    from ragscale.experiments.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, terminate_on_sigterm
     from ragscale.optimizers.context import ContextWindowError
 
     parser = build_parser()
@@ -66,11 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         logging.getLogger().setLevel(logging.DEBUG)
     try:
-        return args.func(args)
+        with terminate_on_sigterm():
+            return args.func(args)
     except ConfigError as exc:
         parser.exit(2, f"ragscale {args.command}: error: {exc}\n")
     except ContextWindowError as exc:
         parser.exit(2, f"ragscale {args.command}: error: the prompt does not fit: {exc}\n")
+    except RunFailedError as exc:
+        print(f"ragscale {args.command}: the run failed: {exc}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Terminated) as exc:
+        stopped = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        print(f"ragscale {args.command}: {stopped}; rerun the same command to resume", file=sys.stderr)
+        return INTERRUPTED_EXIT if isinstance(exc, KeyboardInterrupt) else TERMINATED_EXIT
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import write_json
+from ragscale.experiments.inputs import check_lm, check_output_file, check_writable_dir
 from ragscale.programs.lm.models import DEFAULT_LM
 
 
@@ -62,6 +63,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-tokens must be >= 1 word, got {args.max_tokens}")
     if args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.contextual:
+        check_lm(args.lm)
+    check_writable_dir(args.runs_dir, "--runs-dir")
     describer = VLMDescriber(args.vlm_url, args.vlm_model) if args.vlm_url else None
     common = {
         "collection": args.collection,
@@ -124,6 +128,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
         raise ConfigError(f"--k must be >= 1 and --rerank >= 0, got --k {args.k} --rerank {args.rerank}")
     if not args.question.strip():
         raise ConfigError("the question is empty")
+    check_lm(args.lm)
+    if args.json_path is not None:
+        check_output_file(args.json_path, "--json")
     lm = load_named_lm(args.lm, api_base=args.api_base)
     with dspy.context(lm=lm, adapter=make_adapter(args.adapter)):
         result = ask(

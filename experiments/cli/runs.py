@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.files import write_json
+from ragscale.experiments.inputs import check_inputs, check_output_file
 
 
 def add_run(subparsers) -> None:
@@ -41,6 +42,9 @@ def add_run(subparsers) -> None:
         "its traces become the demonstrations of --lm",
     )
     run.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server (vLLM, SGLang)")
+    run.add_argument(
+        "--teacher-api-base", dest="teacher_api_base", help="URL of the server of an openai/<model> --teacher"
+    )
     run.add_argument(
         "--weights",
         choices=WEIGHTS,
@@ -80,23 +84,42 @@ def add_run(subparsers) -> None:
     run.add_argument("--no-cache", dest="cache", action="store_false", help="bypass the DSPy LM cache")
     run.add_argument("--json", dest="json_path", type=Path, help="also write the summary to this JSON file")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new run even if a killed or failed run of the same configuration and data can be resumed",
+    )
+    run.add_argument(
+        "--max-failed",
+        dest="max_failed",
+        type=float,
+        help="the run is FAILED (exit 1) when more than this fraction of its questions failed (default: 0.5)",
+    )
     run.set_defaults(func=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ragscale.experiments.runner import run_experiment
+    from ragscale.experiments.runner import MAX_FAILED, run_experiment
 
     values = dict(vars(args))
-    for key in ("command", "func", "json_path", "progress", "config", "verbose"):
+    for key in ("command", "func", "json_path", "progress", "config", "verbose", "fresh", "max_failed"):
         values.pop(key, None)
     if getattr(args, "config", None) is not None:
         config = RunConfig.from_toml(args.config, **values)
     else:
         config = RunConfig.from_mapping(values, source="command line")
-    summary = run_experiment(config, progress=getattr(args, "progress", True))
+    check_inputs(config)
+    json_path = getattr(args, "json_path", None)
+    if json_path is not None:
+        check_output_file(json_path, "--json")
+    summary = run_experiment(
+        config,
+        progress=getattr(args, "progress", True),
+        fresh=getattr(args, "fresh", False),
+        max_failed=getattr(args, "max_failed", MAX_FAILED),
+    )
     text = json.dumps(summary, indent=2)
     print(text)
-    json_path = getattr(args, "json_path", None)
     if json_path is not None:
         write_json(json_path, summary, indent=2)
     return 0
@@ -119,6 +142,11 @@ def add_compare(subparsers) -> None:
         action="store_true",
         help="every run, not only the latest per method x optimizer x dataset x LM",
     )
+    compare.add_argument(
+        "--unfinished",
+        action="store_true",
+        help="also the FAILED and KILLED runs that logged predictions (marked with their status)",
+    )
     compare.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default: 2000)")
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--json", dest="json_path", type=Path, help="also write the rows to this JSON file")
@@ -128,7 +156,9 @@ def add_compare(subparsers) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ragscale.experiments.compare import compare_runs, format_table, load_runs, rows_to_json
 
-    runs = load_runs(args.runs_dir)
+    if args.json_path is not None:
+        check_output_file(args.json_path, "--json")
+    runs = load_runs(args.runs_dir, unfinished=args.unfinished)
     if not runs:
         print(f"no finished runs under {args.runs_dir.resolve()}", file=sys.stderr)
         return 1

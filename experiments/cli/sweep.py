@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from ragscale.experiments.config import RunConfig
+from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.files import write_json
+from ragscale.experiments.inputs import check_inputs, check_output_file
 from ragscale.experiments.sweep.grid import (
+    BASELINE,
     DEFAULT_BUDGETS,
     DEFAULT_DOCS,
     DEFAULT_ITERATIONS,
@@ -66,8 +69,11 @@ def add_sweep(subparsers) -> None:
 
 def _grid_and_base(args) -> tuple[Grid, RunConfig]:
     budgets = tuple(sorted({parse_size(b) for b in args.budgets.split(",") if b.strip()}))
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    if not methods:
+        raise ConfigError(f"--methods {args.methods!r} names no method; give one or more of {','.join(METHODS)}")
     grid = Grid(
-        methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+        methods=methods,
         docs=parse_ints(args.docs, "docs", 1),
         shots=parse_ints(args.shots, "shots", 0),
         iterations=parse_ints(args.iterations, "iterations", 1),
@@ -95,6 +101,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ragscale.experiments.sweep.run import plan_only, run_sweep
 
     grid, base = _grid_and_base(args)
+    # the corpus must hold the grid's largest k, unless the sweep runs only the baseline, which retrieves nothing
+    retrieves = any(method != BASELINE for method in grid.methods)
+    check_inputs(replace(base, k=max(grid.docs)) if retrieves else replace(base, method=BASELINE))
+    if args.json_path is not None:
+        check_output_file(args.json_path, "--json")
     if args.plan_only:
         plan_only(grid, base, docs_per_demo=args.docs_per_demo, report=print)
         return 0

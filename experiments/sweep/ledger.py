@@ -1,6 +1,6 @@
 """What a sweep remembers: each finished configuration by a key of its settings and data, in ``ledger.json``.
 
-A configuration's key hashes what determines its result (``KEY_FIELDS`` of its run config and a fingerprint of
+A configuration's key hashes what determines its result (``identity.config_key``: its settings and a fingerprint of
 the questions). Finished configurations are kept in ``ledger.json`` in the sweep directory and tagged on their
 MLflow child runs (``SWEEP_KEY_TAG``, with the estimate made just before they ran), so a rerun skips them even
 when the ledger is lost. A row holds the run's summary values under the names of its MLflow metrics.
@@ -8,15 +8,15 @@ when the ledger is lost. A row holds the run's summary values under the names of
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ragscale.data.offline import go_offline
 from ragscale.experiments import tracking
-from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
 from ragscale.experiments.files import slug, write_json
 
@@ -29,27 +29,6 @@ ROW_FIELDS = (
     "em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
     "eval_s", "wall_s",
 )  # fmt: skip
-
-
-def data_fingerprint(train: Sequence, evalset: Sequence) -> str:
-    digest = hashlib.sha256()
-    for split, examples in (("train", train), ("eval", evalset)):
-        for ex in examples:
-            digest.update(json.dumps([split, str(ex.id), ex.question, list(ex.answers)], ensure_ascii=False).encode())
-    return digest.hexdigest()[:16]
-
-
-KEY_FIELDS = (
-    "method", "dataset", "optimizer", "lm", "api_base", "adapter", "max_tokens", "retriever", "k", "max_iterations",
-    "max_demos", "max_docs_per_demo", "metric", "limit", "train_limit", "seed",
-)  # fmt: skip
-
-
-def config_key(config: RunConfig, fingerprint: str) -> str:
-    """A hash of what determines a configuration's result: its settings and the data."""
-    values = {name: getattr(config, name) for name in KEY_FIELDS}
-    text = json.dumps({**values, "data": fingerprint}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def sweep_dir_for(runs_dir: Path, dataset: str, lm: str) -> Path:
@@ -102,6 +81,7 @@ def mlflow_rows(runs_dir: Path) -> dict[str, dict]:
 def run_records(runs_dir: Path, run_id: str) -> list[dict] | None:
     """A finished run's per-question records (``predictions.jsonl``): from its work folder, else its MLflow
     artifact; None when neither can be read."""
+    go_offline()
     from mlflow.exceptions import MlflowException
 
     path = Path(runs_dir) / "work" / run_id / PREDICTIONS

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragscale.experiments.config import RunConfig
+from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.sweep.estimate import Estimate, Planner
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points, point_config
-from ragscale.experiments.sweep.ledger import config_key, data_fingerprint, run_records
+from ragscale.experiments.sweep.ledger import run_records
 from ragscale.experiments.sweep.speed import Speed
 
 

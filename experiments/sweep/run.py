@@ -26,6 +26,7 @@ from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
+from ragscale.experiments.identity import data_fingerprint
 from ragscale.experiments.runner import (
     build_program_for,
     build_retriever_for,
@@ -40,7 +41,6 @@ from ragscale.experiments.sweep.grid import BASELINE, Grid, Point, format_size, 
 from ragscale.experiments.sweep.ledger import (
     ESTIMATE_TAG,
     SWEEP_KEY_TAG,
-    data_fingerprint,
     ledger_row,
     load_ledger,
     mlflow_rows,

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from ragscale.data.offline import go_offline
 from ragscale.programs.lm.adapter import FieldAdapter
+from ragscale.programs.lm.cache import restrict_cache
 from ragscale.programs.lm.meter import CallRecord, MeteredLM, UsageMeter, meter
 from ragscale.programs.lm.models import DEFAULT_LM, PRESETS
 from ragscale.programs.lm.prompt import SERVER_CONTEXT_WINDOW, context_window, count_tokens, prompt_tokens
@@ -67,11 +69,16 @@ def load_lm(
 ) -> dspy.LM:
     """A ``dspy.LM`` for a preset (``PRESETS``), a model directory, a ``.gguf`` file, or ``openai/<model>``.
 
-    ``cache=True`` lets DSPy's cache serve identical requests (reruns cost nothing); ``cache=False`` turns it off.
+    ``cache=True`` lets DSPy's cache serve identical requests (reruns cost nothing), read with restricted unpickling
+    (``cache.restrict_cache``); ``cache=False`` turns it off. The offline environment is set first
+    (``ragscale.data.offline``): the model hub and the price map are not contacted.
     ``openai/<model>`` needs ``api_base`` (e.g. ``http://localhost:8000/v1``) and accepts ``context_window=N``.
     ``weights`` is :func:`~ragscale.programs.lm.models.load_model`'s: the layout of the linear layers on CPU
     (``WEIGHTS``). Other keyword arguments become default request parameters of the LM.
     """
+    go_offline()
+    if cache:
+        restrict_cache()
     common = {"max_tokens": max_tokens, "temperature": temperature, "cache": cache}
     if name.startswith("openai/"):
         if not api_base:

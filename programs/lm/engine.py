@@ -34,10 +34,14 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
   prefilled once (shared prefix reused), then all options of all such requests are scored in one more forward
   pass over that cache; the reply is the most likely option as a JSON string, so it always parses. Any other
   JSON schema is refused (``UnsupportedFeatureError``) rather than ignored.
+- Shutdown: ``close()`` stops the worker and joins it. At interpreter exit an ``atexit`` hook (``_stop_workers``)
+  closes every engine whose worker runs, after the forward pass it is in: a worker thread left running into the
+  interpreter's finalization aborts the process (see ``_stop_workers``).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import queue
@@ -51,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 _SHARED: dict[tuple, TorchEngine] = {}
 _SHARED_LOCK = threading.Lock()
+_RUNNING: set[TorchEngine] = set()  # engines whose worker thread was started and not closed (under _SHARED_LOCK)
+_EXITING = threading.Event()  # set when the interpreter exits: no worker starts after it
 
 # a running batch's KV buffers leave room for requests that join it without copying its rows: spare rows up to
 # max_batch_size, SLACK columns on the left for a joining prompt longer than the batch, ROOM columns on the right
@@ -100,6 +106,28 @@ def enum_choices(response_format: Any) -> list[str] | None:
     return None
 
 
+class EngineStoppedError(RuntimeError):
+    """A request the engine did not finish because it was closed without finishing (the interpreter exiting)."""
+
+
+def _stop_workers() -> None:
+    """Stop every engine's worker thread and wait for it, when the interpreter exits (an ``atexit`` hook).
+
+    A daemon thread still alive when the interpreter finalizes is ended by ``pthread_exit`` as soon as it takes
+    the GIL back. A worker inside a torch op takes it back in C++ code that cannot be unwound, and the process
+    aborts ("terminate called without an active exception", exit 134) after the program itself succeeded. So the
+    workers stop here, before finalization, after the forward pass they are in; what they had not finished fails.
+    """
+    _EXITING.set()
+    with _SHARED_LOCK:
+        engines = list(_RUNNING)
+    for engine in engines:
+        engine.close(finish_running=False)
+
+
+atexit.register(_stop_workers)
+
+
 def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     """``text`` up to the earliest stop string, and whether one was found."""
     hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
@@ -133,6 +161,7 @@ class TorchEngine:
         self._start_lock = threading.Lock()
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._worker: threading.Thread | None = None
+        self._halt = False  # close(finish_running=False): stop after the current step, fail what is unfinished
         self._preparing = 0  # callers inside complete() that have not queued their request yet
         self.batch_sizes: Counter[int] = Counter()  # batch size -> number of batches run
         self.prompt_tokens = 0  # prompt tokens of the requests prefilled (choices' options not included)
@@ -233,15 +262,24 @@ class TorchEngine:
 
         return response_to_events(self.complete(request))
 
-    def close(self) -> None:
-        """Stop the worker thread; a later call starts a new one."""
+    def close(self, *, finish_running: bool = True) -> None:
+        """Stop the worker thread and wait for it; a later call starts a new one.
+
+        The worker first finishes the batch it is decoding; with ``finish_running=False`` it stops after the
+        forward pass it is in, and the requests it has not finished (running or queued) raise
+        ``EngineStoppedError`` in their callers.
+        """
         with self._start_lock:
             if self._worker is not None:
+                self._halt = not finish_running
                 self._queue.put(None)
                 self._worker.join()
                 self._worker = None
+                self._halt = False
             if self.prefixes is not None:
                 self.prefixes.clear()
+        with _SHARED_LOCK:
+            _RUNNING.discard(self)
 
     def __deepcopy__(self, memo: dict) -> TorchEngine:
         return self  # the weights and the worker are shared, never copied
@@ -288,8 +326,14 @@ class TorchEngine:
     def _submit(self, job: _Job) -> None:
         with self._start_lock:
             if self._worker is None or not self._worker.is_alive():
+                if _EXITING.is_set():
+                    raise EngineStoppedError(f"{self.name}: the interpreter is exiting; no request is served now")
+                # a daemon thread, so the interpreter's shutdown does not wait for an idle worker forever;
+                # _stop_workers joins it before the interpreter finalizes
                 self._worker = threading.Thread(target=self._run, name=f"TorchEngine-{self.name}", daemon=True)
                 self._worker.start()
+                with _SHARED_LOCK:
+                    _RUNNING.add(self)
             self._queue.put(job)
 
     def _gather(self, first: _Job | None, room: int) -> tuple[list[_Job], bool]:
@@ -325,6 +369,9 @@ class TorchEngine:
         running: _Running | None = None
         closing = False  # close() was called: finish what is running, take nothing new
         while True:
+            if self._halt:
+                self._abandon(running)
+                return
             first = None
             if running is None:
                 if self._queue.empty():
@@ -352,6 +399,21 @@ class TorchEngine:
                 self._fail(failed, exc)
                 self._finish(failed)
                 running = None
+
+    def _abandon(self, running: _Running | None) -> None:
+        """Fail the running batch's requests and every queued one with ``EngineStoppedError``."""
+        jobs = list(running.jobs) if running is not None else []
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                jobs.append(job)
+        error = EngineStoppedError(f"{self.name}: the engine was closed before this request finished")
+        for job in jobs:
+            job.error = error
+        self._finish(jobs)
 
     @staticmethod
     def _fail(jobs: list[_Job], exc: BaseException) -> None:

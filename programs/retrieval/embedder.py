@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ragscale.data.offline import go_offline
+
 logger = logging.getLogger(__name__)
 
 
@@ -69,6 +71,7 @@ class MiniLMEmbedder:
         key = (path, self.device, self.pack)
         with self._lock:
             if key not in self._models:
+                go_offline()  # the hub is never needed: the weights are a local folder
                 from transformers import AutoModel, AutoTokenizer
 
                 from ragscale.programs.lm.packed import maybe_pack

@@ -189,3 +189,21 @@ def test_the_runner_compiles_crag_with_label_trained_graders(data_dir):
     program = compile_for(config, CRAG(lambda query, k: [], k=2), train, lm=DummyLM([]))
     assert len(program.grade.demos) == 2
     assert all(set(d.keys()) == {"question", "document", "grade"} for d in program.grade.demos)
+
+
+def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, data_dir, monkeypatch):
+    from ragscale.experiments import runner
+
+    loaded = []
+
+    def load(name, **settings):
+        loaded.append((name, settings["api_base"]))
+        raise RuntimeError("stop after loading")
+
+    monkeypatch.setattr(runner, "load_named_lm", load)
+    cfg = config(
+        tmp_path, data_dir, optimizer="bootstrap", teacher="openai/teacher", teacher_api_base="http://teacher:8000/v1"
+    )
+    with pytest.raises(RuntimeError, match="stop after loading"):
+        run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
+    assert loaded == [("openai/teacher", "http://teacher:8000/v1")]

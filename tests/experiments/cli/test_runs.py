@@ -123,6 +123,7 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         "peak_rss_gb",
         "weights_gb",
         "behaviour",
+        "resumed",
         "mlflow_run_id",
     ]
     assert (summary["method"], summary["n"], summary["em"], summary["retrieval_recall"]) == (

@@ -1,0 +1,124 @@
+"""A run's inputs and outputs, checked before any model loads.
+
+Loading a model takes from seconds to minutes, and a run reads its data only after that (and writes its summary JSON
+only when it has finished), so a wrong path or a broken file would otherwise cost the load, or the whole run, before
+it shows. Each check here raises ``ConfigError`` (exit code 2 in the CLI) naming the flag and the file, line, field
+or value at fault:
+
+- ``check_inputs(config)``: the model name (a path must be a model folder or a whole GGUF file), the data folder
+  holding the dataset, every line of the train and evaluation files (``read_jsonl``: JSON, UTF-8, the schema, unique
+  question ids), k against the passages the run will index, and the runs directory writable;
+- ``check_lm(name, flag)``: a model given as a path, without loading it;
+- ``check_writable_dir(path, flag)`` and ``check_output_file(path, flag)``: a folder or a file path that the command
+  will write, created (the folder) and tried with a scratch file now.
+
+The CLI calls them first in every command that loads a model or writes a file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from ragscale.experiments.config import ConfigError, RunConfig
+
+CLOSED_BOOK = "closed-book"
+"""The method that retrieves nothing: its k is not checked against the corpus."""
+
+
+def check_inputs(config: RunConfig) -> None:
+    """Everything of ``config`` that can be checked without loading a model (see the module docstring); the runs
+    directory is created, so it is checked last, once nothing else is wrong."""
+    check_lm(config.lm, "--lm")
+    if config.teacher is not None:
+        check_lm(config.teacher, "--teacher")
+    train, evalset = read_examples(config)
+    if config.method != CLOSED_BOOK:
+        check_k(config, train, evalset)
+    check_writable_dir(config.runs_dir, "--runs-dir")
+
+
+def check_lm(name: str, flag: str = "--lm") -> None:
+    """A model named by a path exists and can be loaded: a folder with ``config.json`` or a whole GGUF file
+    (``models.resolve``, which reads only the GGUF header). Presets and server models (``openai/...``) are checked
+    when they load, which for them fails at once."""
+    from ragscale.programs.lm.models import PRESETS, resolve
+
+    if name.startswith("openai/") or name in PRESETS:
+        return
+    try:
+        resolve(name)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ConfigError(f"{flag} {name!r}: {exc}") from exc
+
+
+def read_examples(config: RunConfig) -> tuple[list[dict], list[dict]]:
+    """The (train, eval) records a run of ``config`` reads, cut to ``train_limit`` and ``limit`` as the runner cuts
+    them; every line of both files is checked (``read_jsonl``), and a missing dataset folder names what the data
+    folder holds instead."""
+    from ragscale.data import DatasetError, read_jsonl
+
+    needed = [config.train_path] if config.eval_file is not None else [config.train_path, config.eval_path]
+    missing = [path for path in needed if not path.exists()]
+    if missing:
+        raise ConfigError(_missing_data(config, missing))
+    files = [(config.train_path, "--data-dir"), (config.eval_path, "--eval-file" if config.eval_file else "--data-dir")]
+    records = []
+    for path, flag in files:
+        try:
+            records.append(read_jsonl(path))
+        except DatasetError as exc:
+            raise ConfigError(f"{flag}: {exc}") from exc
+    train, evalset = records
+    return train[: config.train_limit], evalset[: config.limit]
+
+
+def _missing_data(config: RunConfig, missing: list[Path]) -> str:
+    from ragscale.data import DATASETS
+
+    where = f"the data folder {config.data_dir} (--data-dir, else $RAGSCALE_DATA_DIR or ../shared/datasets)"
+    if not config.data_dir.is_dir():
+        return f"{where} is not a directory" if config.data_dir.exists() else f"{where} does not exist"
+    names = ", ".join(str(path.relative_to(config.data_dir)) for path in missing)
+    present = [name for name in DATASETS if (config.data_dir / name).is_dir()]
+    holds = f"it holds {', '.join(present)}" if present else f"it holds none of {', '.join(DATASETS)}"
+    return f"{where} has no {names} for --dataset {config.dataset}; {holds}"
+
+
+def check_k(config: RunConfig, train: list[dict], evalset: list[dict]) -> None:
+    """k is at most the number of distinct passages the run indexes (the paragraphs of its train and eval
+    questions, ``build_corpus``): more can never be retrieved, and a k far beyond the corpus is a typo."""
+    from ragscale.data import build_corpus
+
+    passages = len(build_corpus([*train, *evalset]))
+    where = f"the paragraphs of its {len(train)} train and {len(evalset)} eval questions of {config.dataset}"
+    if passages == 0:
+        raise ConfigError(
+            f"--method {config.method} retrieves, but this run's corpus is empty ({where} have no paragraphs); "
+            f"use --method {CLOSED_BOOK}"
+        )
+    if config.k > passages:
+        raise ConfigError(f"--k {config.k} is more than the {passages} passages this run indexes ({where})")
+
+
+def check_writable_dir(path: Path, flag: str) -> None:
+    """``path`` is a folder this process can write files in: created if missing (with its parents), then tried with
+    a scratch file that is removed at once."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path} is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".ragscale-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from exc
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """A file the command writes when it ends (``write_json`` replaces it by a rename in its folder): not a folder,
+    and its folder writable (created if missing), so a run cannot finish only to fail writing its result."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path} is a directory; give a file path")
+    check_writable_dir(path.parent, f"{flag} {path}: its folder")

@@ -1,0 +1,111 @@
+"""A GGUF file checked from its header alone: whole, and GGUF, before a loader reads its weights.
+
+A truncated download, a half-copied file or a file that is not GGUF would otherwise fail deep inside transformers'
+loader with a ``struct.error``, after seconds of work. ``check_gguf`` reads the header, the metadata and the tensor
+table (not the weights) and checks that every tensor's data lies inside the file. It parses the header itself
+because ``gguf.GGUFReader`` reads every metadata array element by element, which takes seconds on a model's
+vocabulary; the quantisation block sizes come from the ``gguf`` package.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSIONS = (2, 3)
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+"""GGUF metadata value types of fixed size (the spec's type number -> ``struct`` format); 8 is a string, 9 an
+array."""
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def check_gguf(path: Path) -> None:
+    """Raise ``ValueError`` naming ``path`` unless it is a whole GGUF file (version 2 or 3): the magic bytes, the
+    metadata and the tensor table readable to their end, and every tensor's data inside the file.
+
+    Only the header is read (the weights are not), so a truncated download, a half-copied file or a file that is
+    not GGUF fails here within a second, before transformers' loader would fail deep inside with a ``struct.error``.
+    Lengths and counts are checked against the file's size before anything is read, so a corrupt header cannot make
+    this allocate more than the file holds.
+    """
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+
+        def take(n: int, what: str) -> bytes:
+            if handle.tell() + n > size:
+                raise ValueError(
+                    f"{path} is truncated: its {what} runs past the end of the file ({size} bytes); "
+                    "download or copy it again"
+                )
+            return handle.read(n)
+
+        def scalar(fmt: str, what: str) -> Any:
+            return struct.unpack("<" + fmt, take(struct.calcsize(fmt), what))[0]
+
+        def expect(count: int, least: int, what: str) -> None:  # count entries of at least `least` bytes each
+            if handle.tell() + count * least > size:
+                raise ValueError(
+                    f"{path} is truncated or corrupt: its {what} declares {count} entries, more than the file holds"
+                )
+
+        def skip_value(kind: int, what: str) -> None:
+            if kind in _GGUF_SCALARS:
+                take(struct.calcsize(_GGUF_SCALARS[kind]), what)
+            elif kind == _GGUF_STRING:
+                take(scalar("Q", what), what)
+            elif kind == _GGUF_ARRAY:
+                item, count = scalar("I", what), scalar("Q", what)
+                if item in _GGUF_SCALARS:
+                    take(count * struct.calcsize(_GGUF_SCALARS[item]), what)
+                else:
+                    expect(count, 8, what)  # a string's or an array's length field at least
+                    for _ in range(count):
+                        skip_value(item, what)
+            else:
+                raise ValueError(f"{path} is not a valid GGUF file: {what} has unknown value type {kind}")
+
+        magic = handle.read(4)
+        if magic != GGUF_MAGIC:
+            raise ValueError(f"{path} is not a GGUF file: it starts with {magic!r}, not {GGUF_MAGIC!r}")
+        version = scalar("I", "header")
+        if version not in GGUF_VERSIONS:
+            raise ValueError(f"{path}: GGUF version {version} is not supported (only {GGUF_VERSIONS})")
+        n_tensors, n_values = scalar("Q", "header"), scalar("Q", "header")
+        expect(n_values, 12, "metadata")  # a key's length and a value's type at least
+        alignment = 32
+        for index in range(n_values):
+            key = take(scalar("Q", f"metadata entry {index}"), f"metadata entry {index}").decode("utf-8", "replace")
+            kind = scalar("I", f"metadata {key!r}")
+            if key == "general.alignment" and kind in _GGUF_SCALARS:
+                alignment = scalar(_GGUF_SCALARS[kind], f"metadata {key!r}")
+            else:
+                skip_value(kind, f"metadata {key!r}")
+        if alignment < 1:
+            raise ValueError(f"{path} is not a valid GGUF file: general.alignment is {alignment}")
+        expect(n_tensors, 24, "tensor table")  # a name's length, the dimension count, type and offset at least
+        tensors = []
+        for index in range(n_tensors):
+            what = f"tensor table (tensor {index})"
+            name = take(scalar("Q", what), what).decode("utf-8", "replace")
+            n_dims = scalar("I", what)
+            dims = struct.unpack(f"<{n_dims}Q", take(8 * n_dims, what))
+            kind, offset = scalar("I", what), scalar("Q", what)
+            try:
+                block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+            except (ValueError, KeyError):
+                raise ValueError(f"{path} is not a valid GGUF file: tensor {name!r} has unknown type {kind}") from None
+            elements = 1
+            for dim in dims:
+                elements *= dim
+            tensors.append((name, offset, elements // block * block_bytes))
+        start = (handle.tell() + alignment - 1) // alignment * alignment  # the data begins at the next multiple
+    for name, offset, nbytes in tensors:
+        if start + offset + nbytes > size:
+            raise ValueError(
+                f"{path} is truncated: the data of tensor {name!r} ends at byte {start + offset + nbytes}, past the "
+                f"end of the file ({size} bytes); download or copy it again"
+            )
