@@ -98,3 +98,16 @@ def test_compare_leaves_failed_runs_out_unless_asked_and_counts_failed_questions
     [row] = compare_runs(load_runs(config.runs_dir, unfinished=True))
     assert (row["status"], row["failed"], row["n"]) == ("FAILED", 3, 3)
     assert "(FAILED)" in format_table([row])
+
+
+def test_a_run_against_a_server_that_is_down_exits_1_and_is_failed(tmp_path, capsys):
+    from ragscale.experiments.cli import main
+
+    runs = tmp_path / "runs"
+    code = main(
+        ["run", "--method", "closed-book", "--dataset", "hotpotqa", "--lm", "openai/x", "--api-base",
+         "http://127.0.0.1:9/v1", "--limit", "2", "--runs-dir", str(runs), "--no-progress"]
+    )  # fmt: skip
+    assert code == 1
+    assert "2 of 2 questions failed" in capsys.readouterr().err
+    assert [run.info.status for run in tracking.finished_runs(runs, statuses=("FAILED", "FINISHED"))] == ["FAILED"]
