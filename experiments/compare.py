@@ -176,18 +176,21 @@ def compare_runs(
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """One row per run (the latest of each method x optimizer x dataset x LM unless `latest_only` is False)."""
+    """One row per run (the latest FINISHED run of each method x optimizer x dataset x LM unless `latest_only` is
+    False), and a row for each FAILED or KILLED run given; baselines are FINISHED runs only."""
     fixed = find_run(runs, baseline) if baseline is not None else None
-    shown = list(runs)
+    finished = [r for r in runs if r.status == "FINISHED"]
+    shown = list(finished)
     if latest_only:
         latest: dict[tuple, RunResult] = {}
-        for run in runs:
+        for run in finished:
             if run.key not in latest or run.start_time >= latest[run.key].start_time:
                 latest[run.key] = run
-        shown = [r for r in runs if latest[r.key] is r]
+        shown = [r for r in finished if latest[r.key] is r]
+    shown += [r for r in runs if r.status != "FINISHED"]
     rows = []
     for run in sorted(shown, key=lambda r: (r.dataset, r.lm, r.method != "closed-book", r.method, r.optimizer)):
-        base = fixed or default_baseline(runs, run)
+        base = fixed or default_baseline(finished, run)
         is_base = base is not None and base.run_id == run.run_id
         rows.append(
             {

@@ -165,8 +165,12 @@ def evaluate(
                     em=f"{100 * sum(r['em'] for r in records) / len(records):.1f}",
                     failed=sum(r["error"] is not None for r in records),
                 )
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:
+        # Stopped (Ctrl-C, SIGTERM) or failed: drop the queued questions and do not wait for those being answered,
+        # so the run is marked and its records logged at once (a scheduler's SIGKILL follows SIGTERM soon).
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     order = {str(ex.id): i for i, ex in enumerate(examples)}
     records.sort(key=lambda r: order.get(r["id"], len(order)))
     return records

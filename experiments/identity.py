@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from ragscale.experiments.config import RunConfig
 
@@ -21,16 +22,24 @@ KEY_FIELDS = (
 
 
 def data_fingerprint(train: Sequence, evalset: Sequence) -> str:
-    """A hash of the train and eval questions in order: their ids, texts and gold answers."""
+    """A hash of the train and eval questions in order: their ids, texts, gold answers and paragraphs (the corpus
+    the run retrieves from is built from them)."""
     digest = hashlib.sha256()
     for split, examples in (("train", train), ("eval", evalset)):
         for ex in examples:
-            digest.update(json.dumps([split, str(ex.id), ex.question, list(ex.answers)], ensure_ascii=False).encode())
+            paragraphs = [[p.get("title"), p.get("text")] for p in (ex.get("paragraphs") or [])]
+            digest.update(
+                json.dumps([split, str(ex.id), ex.question, list(ex.answers), paragraphs], ensure_ascii=False).encode()
+            )
     return digest.hexdigest()[:16]
 
 
-def config_key(config: RunConfig, fingerprint: str) -> str:
-    """A hash of what determines a configuration's result: its settings (``KEY_FIELDS``) and the data."""
+def config_key(config: RunConfig, fingerprint: str, program: Any = None) -> str:
+    """A hash of what determines a configuration's result: its settings (``KEY_FIELDS``) and the data, and the
+    state of a ``program`` compiled elsewhere and given to the run (the sweep compiles once per method and shots;
+    its demonstrations then decide the result, not the run's own compilation)."""
     values = {name: getattr(config, name) for name in KEY_FIELDS}
+    if program is not None:
+        values["program"] = program.dump_state()
     text = json.dumps({**values, "data": fingerprint}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]

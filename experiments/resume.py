@@ -46,15 +46,26 @@ def claim(work: Path) -> IO | None:
 
 
 def find_resumable(runs_dir: Path, key: str) -> tuple[str, IO] | None:
-    """The newest unfinished run with this key that no live process holds, with its lock now held; None if none."""
+    """The newest unfinished run with this key that no live process holds, with its lock now held; None if none.
+
+    A run older than the newest FINISHED run of the key (one that ``--fresh`` replaced) is not taken up again, and
+    a run is read again once its lock is held, so one that finished meanwhile is left alone."""
+    finished = tracking.search_runs(
+        runs_dir, f"tags.`{RUN_KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'", order="DESC", max_results=1
+    )
+    newest_finished = finished[0].info.start_time if finished else -1
     for run in tracking.unfinished_runs(runs_dir, RUN_KEY_TAG, key):
         work = Path(runs_dir) / "work" / run.info.run_id
-        if not work.is_dir():
+        if run.info.start_time < newest_finished or not work.is_dir():
             continue
         lock = claim(work)
-        if lock is not None:
-            return run.info.run_id, lock
-        log.info("run %s has the same configuration and is running in another process", run.info.run_id)
+        if lock is None:
+            log.info("run %s has the same configuration and is running in another process", run.info.run_id)
+            continue
+        if tracking.client(runs_dir).get_run(run.info.run_id).info.status == "FINISHED":
+            lock.close()
+            continue
+        return run.info.run_id, lock
     return None
 
 

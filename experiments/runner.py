@@ -199,16 +199,12 @@ def run_experiment(
         check_context = lm is None
     if lm is None:
         lm = load_lm_for(config)
-    if teacher_lm is None and config.teacher is not None and compiled is None:
-        teacher_lm = load_named_lm(
-            config.teacher, api_base=config.teacher_api_base, max_tokens=config.max_tokens, weights=config.weights
-        )
     if check_context:  # fail before indexing and before a run is opened: the demo-less prompt must fit already
         with dspy.context(lm=lm, adapter=adapter):
             fits_context(build_program_for(config, None), lm, adapter, [*train, *evalset])
     load_s = time.perf_counter() - start
 
-    key = config_key(config, data_fingerprint(train, evalset))
+    key = config_key(config, data_fingerprint(train, evalset), program=compiled)
     with exclusive(config.runs_dir / "runs.lock"):  # one step: two processes never take over the same run
         found = None if fresh else resume.find_resumable(config.runs_dir, key)
         if found is not None:
@@ -232,11 +228,11 @@ def run_experiment(
             )
             lock = resume.claim(config.runs_dir / "work" / run_id)
     work = config.runs_dir / "work" / run_id
-    done = resume.finished_records(work / PREDICTIONS) if found is not None else []
-    if found is not None:
-        log.info("resuming run %s: %d of %d questions already answered", run_id, len(done), len(evalset))
     log.info("run %s: %d train, %d eval questions; files in %s", run_id, len(train), len(evalset), work)
     try:
+        done = resume.finished_records(work / PREDICTIONS) if found is not None else []
+        if found is not None:
+            log.info("resuming run %s: %d of %d questions already answered", run_id, len(done), len(evalset))
         index_start = time.perf_counter()
         if retriever is None and config.method != "closed-book":
             retriever = build_retriever_for(config, train, evalset)
@@ -253,6 +249,13 @@ def run_experiment(
                     if compiled is not None:
                         program.load_state(compiled.dump_state())
                     else:
+                        if teacher_lm is None and config.teacher is not None:  # only when compiling here
+                            teacher_lm = load_named_lm(
+                                config.teacher,
+                                api_base=config.teacher_api_base,
+                                max_tokens=config.max_tokens,
+                                weights=config.weights,
+                            )
                         program = compile_for(config, program, train, lm, adapter, teacher_lm)
                 cost = {
                     "compile_s": time.perf_counter() - compile_start,
@@ -303,18 +306,18 @@ def run_experiment(
                 f"the first error: {first}. Fix the cause and rerun the same command: it resumes the run and asks "
                 "the failed questions again"
             )
+        tracking.end_run(config.runs_dir, run_id)  # before the lock is let go: a finished run is never taken over
     except BaseException as exc:
         # Keep what finished: the predictions written so far go to MLflow with the run marked failed (or killed).
         written = [path for path in (work / PREDICTIONS, work / PROGRAM) if path.exists()]
         try:
             tracking.log_artifacts(config.runs_dir, run_id, written)
-        except Exception as logging_error:
-            log.warning("could not log the partial artifacts of run %s: %s", run_id, logging_error)
-        tracking.end_run(config.runs_dir, run_id, status="KILLED" if interrupted(exc) else "FAILED")
+            tracking.end_run(config.runs_dir, run_id, status="KILLED" if interrupted(exc) else "FAILED")
+        except Exception as tracking_error:  # the run's own error is the one to report
+            log.warning("could not log the partial artifacts or the status of run %s: %s", run_id, tracking_error)
         raise
     finally:
         lock.close()
-    tracking.end_run(config.runs_dir, run_id)
     log.info(
         "run %s finished: EM %.1f F1 %.1f (%d failed, %d resumed) in %.0f s",
         run_id,

@@ -35,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def prepare_process() -> None:
     """What every entry point does first: the offline environment (before DSPy, LiteLLM or MLflow is imported) and
-    INFO logging with the chatty libraries quieted, and the C heap's limits (``heap.limit_heap``: they hold only if
-    set before a second thread allocates)."""
+    INFO logging with the chatty libraries quieted, and the C heap's limits (``heap.limit_heap``, set before the
+    threads that allocate start)."""
     go_offline()
     from ragscale.programs.lm.heap import limit_heap
 

@@ -64,6 +64,7 @@ def ledger_row(run_id: str, lm: str | None, values: Mapping[str, Any], estimate:
     run's summary and MLflow metrics) and the estimate made just before it ran (``estimate_fields``)."""
     row = {"run_id": run_id, "lm": lm, **{name: values.get(name) for name in ROW_FIELDS}}
     row["n"], row["failed"] = int(row["n"] or 0), int(row["failed"] or 0)
+    row["resumed"] = int(values.get("resumed") or 0)  # questions carried over: eval_s did not time them
     return {**row, **estimate}
 
 

@@ -35,6 +35,7 @@ from ragscale.experiments.runner import (
     load_lm_for,
     run_experiment,
 )
+from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
 from ragscale.experiments.sweep.grid import BASELINE, Grid, Point, format_size, point_config
@@ -269,7 +270,7 @@ def run_sweep(
         tracking.log_metrics(base.runs_dir, parent, metrics)
         tracking.log_artifacts(base.runs_dir, parent, artifacts)
     except BaseException as exc:
-        tracking.end_run(base.runs_dir, parent, status="KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        tracking.end_run(base.runs_dir, parent, status="KILLED" if interrupted(exc) else "FAILED")
         raise
     tracking.end_run(base.runs_dir, parent)  # failed configurations are counted in its metrics and retried on rerun
     skipped = [p.key for p in planned if p.status != "run"]

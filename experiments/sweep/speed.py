@@ -51,16 +51,19 @@ def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | 
     """Rates fitted (non-negative least squares on seconds per question) on earlier ledger rows of this LM."""
     import numpy as np
 
+    def answered(row: Mapping[str, Any]) -> int:  # the questions its eval_s timed (a resumed run's carried ones not)
+        return int(row.get("n") or 0) - int(row.get("resumed") or 0)
+
     usable = [
         r
         for r in rows
-        if r.get("lm") == lm_name and r.get("n") and r.get(EFFECTIVE_CONTEXT) is not None
-        and (r.get("eval_s") or 0) >= 0.2 * r["n"]  # faster than that: served from the LM cache, not a timing
+        if r.get("lm") == lm_name and answered(r) > 0 and r.get(EFFECTIVE_CONTEXT) is not None
+        and (r.get("eval_s") or 0) >= 0.2 * answered(r)  # faster than that: served from the LM cache, not a timing
     ]  # fmt: skip
     if len(usable) < 3:
         return None
     design = np.asarray([[r[EFFECTIVE_CONTEXT], r.get("output_tokens_per_question") or 0.0] for r in usable])
-    target = np.asarray([r["eval_s"] / r["n"] for r in usable])
+    target = np.asarray([r["eval_s"] / answered(r) for r in usable])
     coef, *_ = np.linalg.lstsq(design, target, rcond=None)
     if coef[0] <= 0 or coef[1] <= 0:
         rate = float(design[:, 0].sum() / target.sum())  # one rate for all tokens, outputs folded in

@@ -55,7 +55,8 @@ logger = logging.getLogger(__name__)
 
 _SHARED: dict[tuple, TorchEngine] = {}
 _SHARED_LOCK = threading.Lock()
-_RUNNING: set[TorchEngine] = set()  # engines whose worker thread was started and not closed (under _SHARED_LOCK)
+_RUNNING: set[TorchEngine] = set()  # engines whose worker thread was started and not closed (under _RUNNING_LOCK)
+_RUNNING_LOCK = threading.Lock()  # not _SHARED_LOCK, which shared() holds while a model loads
 _EXITING = threading.Event()  # set when the interpreter exits: no worker starts after it
 
 # a running batch's KV buffers leave room for requests that join it without copying its rows: spare rows up to
@@ -119,7 +120,7 @@ def _stop_workers() -> None:
     workers stop here, before finalization, after the forward pass they are in; what they had not finished fails.
     """
     _EXITING.set()
-    with _SHARED_LOCK:
+    with _RUNNING_LOCK:
         engines = list(_RUNNING)
     for engine in engines:
         engine.close(finish_running=False)
@@ -278,7 +279,7 @@ class TorchEngine:
                 self._halt = False
             if self.prefixes is not None:
                 self.prefixes.clear()
-        with _SHARED_LOCK:
+        with _RUNNING_LOCK:
             _RUNNING.discard(self)
 
     def __deepcopy__(self, memo: dict) -> TorchEngine:
@@ -332,7 +333,7 @@ class TorchEngine:
                 # _stop_workers joins it before the interpreter finalizes
                 self._worker = threading.Thread(target=self._run, name=f"TorchEngine-{self.name}", daemon=True)
                 self._worker.start()
-                with _SHARED_LOCK:
+                with _RUNNING_LOCK:
                     _RUNNING.add(self)
             self._queue.put(job)
 

@@ -11,8 +11,9 @@ loading frees the dequantised GGUF tensors and the weights that packing replaced
 library is not glibc, and ``limit_heap`` leaves a setting the user made with glibc's own variables
 (``MALLOC_ARENA_MAX``, ``MALLOC_MMAP_THRESHOLD_``) as it is.
 
-The arena cap counts only if it is set before a second thread first allocates (glibc fixes the limit then), so the
-command line sets it first thing, and loading a model sets it again for a program that calls the library itself.
+glibc reads the arena cap when the arenas first outnumber its first test (8 on 64-bit), so a cap set before that
+holds; the command line sets it first thing, and loading a model sets it again for a program that calls the
+library itself.
 """
 
 from __future__ import annotations

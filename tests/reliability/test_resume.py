@@ -111,3 +111,13 @@ def test_a_run_against_a_server_that_is_down_exits_1_and_is_failed(tmp_path, cap
     assert code == 1
     assert "2 of 2 questions failed" in capsys.readouterr().err
     assert [run.info.status for run in tracking.finished_runs(runs, statuses=("FAILED", "FINISHED"))] == ["FAILED"]
+
+
+def test_a_run_that_fresh_replaced_is_not_taken_up_again(config):
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, lm=lm_on(CountingEngine(SCRIPT, stop_on=FACTS[5][2], stop=KeyboardInterrupt())))
+    [killed] = tracking.finished_runs(config.runs_dir, statuses=("KILLED",))
+    replaced = run_experiment(config, lm=lm_on(CountingEngine(SCRIPT)), progress=False, fresh=True)
+    again = run_experiment(config, lm=lm_on(CountingEngine(SCRIPT)), progress=False)
+    assert killed.info.run_id not in (replaced["mlflow_run_id"], again["mlflow_run_id"])
+    assert again["resumed"] == 0
