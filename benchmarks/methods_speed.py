@@ -31,19 +31,17 @@ OPTIMIZER = {"drag": "labeled", "iterdrag": "labeled"}
 
 
 def cpu_line() -> str:
-    """The CPU's model name and the flags the engine chooses by."""
+    """The CPU's model name, family and model numbers, and the flags the engine chooses by."""
     from ragscale.programs.lm.layouts import cpu_flags
 
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        "unknown CPU",
-    )
+    fields: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-    return f"{model}; {', '.join(flag for flag in wanted if flag in cpu_flags()) or 'no AVX2'}"
+    flags = ", ".join(flag for flag in wanted if flag in cpu_flags()) or "no AVX2"
+    name, family, model = fields.get("model name", "unknown CPU"), fields.get("cpu family"), fields.get("model")
+    return f"{name} (family {family} model {model}); {flags}"
 
 
 def measure(config, lm, *, cache: bool) -> dict:
