@@ -40,14 +40,17 @@ def check_inputs(config: RunConfig) -> None:
 
 def check_lm(name: str, flag: str = "--lm") -> None:
     """A model named by a path exists and can be loaded: a folder with ``config.json`` or a whole GGUF file
-    (``models.resolve``, which reads only the GGUF header). Presets and server models (``openai/...``) are checked
-    when they load, which for them fails at once."""
+    (``models.resolve``, then ``check_gguf``, which reads only the GGUF header). Presets and server models
+    (``openai/...``) are checked when they load, which for them fails at once."""
+    from ragscale.programs.lm.gguf_header import check_gguf
     from ragscale.programs.lm.models import PRESETS, resolve
 
     if name.startswith("openai/") or name in PRESETS:
         return
     try:
-        resolve(name)
+        path = resolve(name)
+        if path.is_file():
+            check_gguf(path)
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(f"{flag} {name!r}: {exc}") from exc
 

