@@ -19,8 +19,8 @@ imports ``llm``, which is not installed.
 
 A model directory or ``.gguf`` file path works too; such a GGUF file's header is checked before it loads
 (``check_gguf``, once per load, not on every ``resolve``), so a truncated or foreign file fails at once, naming
-it. GGUF files are dequantised to the load dtype by transformers. A tokenizer without a chat template gets
-:data:`PLAIN_CHAT_TEMPLATE`.
+it. GGUF files are dequantised to the load dtype one tensor at a time (``gguf_loader.py``). A tokenizer without
+a chat template gets :data:`PLAIN_CHAT_TEMPLATE`.
 """
 
 from __future__ import annotations
@@ -63,10 +63,12 @@ DEFAULT_LM = "qwen2.5-coder-0.5b"
 """The LM of experiments (runs, sweeps, ask, the demo, the benchmarks): the smallest packaged model whose answers
 carry a signal. SmolLM2-135M stays the fast model of the unit tests."""
 
-WEIGHTS = ("auto", "fp32", "dense", "int8")
+WEIGHTS = ("auto", "fp32", "dense", "int8", "bf16", "int8-bf16")
 """Weight layouts of the linear layers on CPU (``layouts.py``): ``auto`` is the fastest whose answers match
 float32's on the CPU found."""
-DEFAULT_WEIGHTS = "fp32"
+DEFAULT_WEIGHTS = "auto"
+"""``benchmarks/layouts.py`` checks that ``auto``'s picks give float32's answers (``docs/engine.md``); ``fp32`` is the
+reference."""
 
 PRESETS: dict[str, Preset] = {
     "smollm2-135m": Preset(
@@ -180,8 +182,9 @@ def load_model(
     """Load (model, tokenizer) for a preset, directory or GGUF file, for inference on the chosen device.
 
     ``weights`` is the layout of the linear layers (``WEIGHTS``, ``layouts.py``; default ``DEFAULT_WEIGHTS``):
-    ``fp32`` packs them for oneDNN, ``dense`` keeps torch's, ``int8`` adds int8 weights for decode steps, ``auto``
-    picks by the CPU's flags. A model that is not float32 on CPU keeps torch's layers unless a layout is asked for
+    ``fp32`` packs them for oneDNN, ``dense`` keeps torch's, ``int8`` adds int8 weights for decode steps, ``bf16``
+    packs them in bfloat16, ``int8-bf16`` holds int8 for decoding and bfloat16 for prefill, ``auto`` picks by the
+    CPU found. A model that is not float32 on CPU keeps torch's layers unless a layout is asked for
     (then an error says why it cannot).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -200,7 +203,13 @@ def load_model(
     weights = layout_for(weights, device, torch_dtype)  # before loading: a layout that cannot apply fails now
     where, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
     tokenizer = AutoTokenizer.from_pretrained(where, **extra)
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **extra).to(device).eval()
+    if path.is_file():
+        from ragscale.programs.lm.gguf_loader import load_gguf
+
+        model = load_gguf(path, torch_dtype)  # one tensor at a time: from_pretrained holds the weights twice
+    else:
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype)
+    model = model.to(device).eval()
     model.requires_grad_(False)
     model.weight_layout = apply_layout(model, weights)
     logger.info("%s: linear layers in the %s layout", name, model.weight_layout)
@@ -216,21 +225,21 @@ def load_model(
 
 def layout_for(weights: str | None, device: str, torch_dtype: Any) -> str:
     """The layout (``layouts.LAYOUTS``) that ``weights`` (``WEIGHTS`` or None) means for a model on ``device`` in
-    ``torch_dtype``: where oneDNN can pack its layers (float32 on CPU), None is ``DEFAULT_WEIGHTS`` and ``auto``
-    the layout this CPU's flags pick; elsewhere both are ``dense``, and a packed layout is an error naming why."""
+    ``torch_dtype``: None is ``DEFAULT_WEIGHTS``; where oneDNN can pack its layers (float32 on CPU) ``auto`` is the
+    layout this CPU's flags and vendor pick, elsewhere ``dense``; a packed layout that cannot apply is an error
+    naming why."""
     from ragscale.programs.lm.packed import can_pack
 
     if weights not in (None, *WEIGHTS):
         raise ValueError(f"unknown weight layout {weights!r}; valid choices: {', '.join(WEIGHTS)}")
+    weights = weights or DEFAULT_WEIGHTS
     packable = can_pack(device, torch_dtype)
-    if weights is None or weights == "auto":
+    if weights == "auto":
         if not packable:
             return "dense"
-        if weights is None:
-            return DEFAULT_WEIGHTS
         from ragscale.programs.lm import layouts
 
-        return layouts.pick_layout(layouts.cpu_flags())
+        return layouts.pick_layout(layouts.cpu_flags(), layouts.cpu_vendor())
     if weights != "dense" and not packable:
         raise ValueError(
             f"weight layout {weights!r} needs a float32 model on CPU and torch with oneDNN; got {torch_dtype} on "

@@ -46,13 +46,17 @@ def replace_linears(model: torch.nn.Module, make) -> int:
             f"packed linear layers need a float32 model on CPU and torch with oneDNN; got {model.dtype} on "
             f"{model.device} (oneDNN available: {torch.backends.mkldnn.is_available()})"
         )
-    replaced = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, name, make(child))
-                replaced += 1
-    return replaced
+    # (parent, name) pairs, not the layers: each replaced layer's weights are freed before the next is made, so
+    # the model never holds two full copies of its weights
+    places = [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is torch.nn.Linear
+    ]
+    for parent, name in places:
+        setattr(parent, name, make(getattr(parent, name)))
+    return len(places)
 
 
 def pack_linears(model: torch.nn.Module) -> int:
