@@ -48,8 +48,9 @@ def add_run(subparsers) -> None:
     run.add_argument(
         "--weights",
         choices=WEIGHTS,
-        help="layout of a local model's linear layers on CPU: fp32 (oneDNN-packed, the default), int8 (int8 weights "
-        "for decode steps), dense (torch's), auto (the fastest whose answers match fp32's on this CPU)",
+        help="layout of a local model's linear layers on CPU: auto (the default: the fastest whose answers match "
+        "fp32's on this CPU), fp32 (oneDNN-packed float32, the reference), int8 (int8 weights for decode steps), "
+        "bf16 (bfloat16), int8-bf16 (int8 for decoding, bfloat16 for prefill), dense (torch's)",
     )
     run.add_argument(
         "--adapter", choices=sorted(ADAPTERS), help="how prompts are formatted and parsed (default: field)"

@@ -9,6 +9,16 @@
   (a prefill) stays on the packed float32 weight, because that is compute-bound and torch's int8 kernel is slower
   there than oneDNN's float32. Both copies are kept: 1.25x the float32 weights in memory. torch vectorises this
   kernel's bfloat16 path with AVX512_BF16, so ``auto`` takes it only on a CPU that has that flag.
+- ``bf16``: bfloat16 weights packed for oneDNN, used for every call with bfloat16 activations (each layer's input
+  is rounded to bfloat16 and its output returned in float32; norms, attention and the residual stream stay
+  float32): half of float32's memory, and where the CPU multiplies bfloat16 natively, about twice its speed at
+  prefill and decode alike.
+- ``int8-bf16``: ``int8``'s weights for decode steps and ``bf16``'s for prefill (0.75x float32's memory).
+
+Where bfloat16 pays is a matter of the CPU, not only of its flags: on an AMD EPYC with AVX512_BF16 oneDNN's
+bfloat16 layers run prefill at about 2x float32, on an Intel Xeon with the same flag and no AMX at 0.6x
+(``benchmarks/linear_kernels.py``, ``docs/engine.md``). ``auto`` takes ``int8-bf16`` on an AMD CPU with
+AVX512_BF16 and on any CPU with AMX_BF16, ``int8`` on other CPUs with AVX512_BF16, else ``fp32``.
 
 Activations are not quantised: dynamic int8 activations (fbgemm's ``quantize_dynamic``, the fast path for int8 x
 int8 on VNNI) change Qwen2.5-0.5B's greedy answers on most prompts (its activations have outlier channels that one
@@ -22,43 +32,87 @@ from pathlib import Path
 
 import torch
 
-LAYOUTS = ("fp32", "dense", "int8")
+LAYOUTS = ("fp32", "dense", "int8", "bf16", "int8-bf16")
 """The layouts; ``models.WEIGHTS`` (which the CLI and configs check without importing torch) adds ``auto``."""
 DECODE_ROWS = 4
 """A linear call on at most this many rows (tokens) uses the int8 weights: at 8 rows the two paths cost the same."""
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty where the file is missing, as off Linux)."""
+def _cpuinfo_field(cpuinfo: Path, field: str) -> str:
     try:
         for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
+            if line.split(":", 1)[0].strip() == field:
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return frozenset()
+    return ""
 
 
-def pick_layout(flags: frozenset[str]) -> str:
-    """The fastest layout whose answers match float32's on a CPU with ``flags``: ``int8`` where AVX512_BF16
-    computes its bfloat16 activations natively, else ``fp32``."""
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty where the file is missing, as off Linux)."""
+    return frozenset(_cpuinfo_field(cpuinfo, "flags").split())
+
+
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The first CPU's ``vendor_id`` in ``cpuinfo`` (``AuthenticAMD``, ``GenuineIntel``; empty where unknown)."""
+    return _cpuinfo_field(cpuinfo, "vendor_id")
+
+
+def pick_layout(flags: frozenset[str], vendor: str = "") -> str:
+    """The fastest layout whose answers match float32's on a CPU with ``flags`` from ``vendor``: ``int8-bf16``
+    where oneDNN's bfloat16 layers beat float32 (AVX512_BF16 on AMD, or AMX_BF16), ``int8`` where only torch's
+    int8 kernel's bfloat16 activations are native (AVX512_BF16 elsewhere), else ``fp32``."""
+    if "amx_bf16" in flags or ("avx512_bf16" in flags and vendor == "AuthenticAMD"):
+        return "int8-bf16"
     return "int8" if "avx512_bf16" in flags else "fp32"
 
 
-class Int8Linear(torch.nn.Module):
-    """A linear layer with int8 weights for decode steps and oneDNN-packed float32 weights for prefill."""
+class Bf16Linear(torch.nn.Module):
+    """A linear layer on oneDNN-packed bfloat16 weights: float32 in, bfloat16 products, float32 out (the bias is
+    added in float32)."""
 
-    def __init__(self, linear: torch.nn.Linear, decode_rows: int = DECODE_ROWS) -> None:
+    def __init__(self, linear: torch.nn.Linear, batch_hint: int = 8) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().bfloat16(), batch_hint)
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), self.weight, None, "none", [], "")
+        y = y.to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def quantize_rows(weight: torch.Tensor, chunk: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` in int8 with one float32 scale per row (its largest magnitude maps to 127), ``chunk`` rows at a
+    time: the float32 temporaries of a whole output head would be several copies of it at once."""
+    rows = weight.shape[0]
+    qweight = torch.empty(weight.shape, dtype=torch.int8)
+    scale = torch.empty(rows, dtype=torch.float32)
+    for start in range(0, rows, chunk):
+        block = weight[start : start + chunk].to(torch.float32, copy=True)
+        block_scale = (block.abs().amax(1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        qweight[start : start + chunk] = block.div_(block_scale[:, None]).round_().clamp_(-127, 127)
+        scale[start : start + chunk] = block_scale
+    return qweight, scale
+
+
+class Int8Linear(torch.nn.Module):
+    """A linear layer with int8 weights for decode steps and oneDNN-packed weights for prefill: float32
+    (``prefill=PackedLinear``, the default) or bfloat16 (``prefill=Bf16Linear``)."""
+
+    def __init__(self, linear: torch.nn.Linear, decode_rows: int = DECODE_ROWS, prefill: type | None = None) -> None:
         from ragscale.programs.lm.packed import PackedLinear
 
         super().__init__()
         self.in_features, self.out_features, self.decode_rows = linear.in_features, linear.out_features, decode_rows
-        weight = linear.weight.detach().float()
-        scale = (weight.abs().amax(1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
-        self.qweight = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        self.qweight, scale = quantize_rows(linear.weight.detach())
         self.scale = scale.to(torch.bfloat16)
-        self.packed = PackedLinear(linear)
-        self.bias = self.packed.bias
+        self.packed = (prefill or PackedLinear)(linear)
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
@@ -97,6 +151,12 @@ def apply_layout(model: torch.nn.Module, weights: str) -> str:
 
     if weights not in LAYOUTS:
         raise ValueError(f"unknown weight layout {weights!r}; valid choices: {', '.join(LAYOUTS)}")
+    make = {
+        "fp32": PackedLinear,
+        "int8": Int8Linear,
+        "bf16": Bf16Linear,
+        "int8-bf16": lambda linear: Int8Linear(linear, prefill=Bf16Linear),
+    }
     if weights != "dense":
-        replace_linears(model, PackedLinear if weights == "fp32" else Int8Linear)
+        replace_linears(model, make[weights])
     return weights

@@ -226,8 +226,8 @@ def load_model(
 def layout_for(weights: str | None, device: str, torch_dtype: Any) -> str:
     """The layout (``layouts.LAYOUTS``) that ``weights`` (``WEIGHTS`` or None) means for a model on ``device`` in
     ``torch_dtype``: None is ``DEFAULT_WEIGHTS``; where oneDNN can pack its layers (float32 on CPU) ``auto`` is the
-    layout this CPU's flags and vendor pick, elsewhere ``dense``; a packed layout that cannot apply is an error
-    naming why."""
+    layout this CPU's flags and vendor pick, elsewhere ``dense``; a packed layout that cannot apply (to this model,
+    or on this CPU) is an error naming why."""
     from ragscale.programs.lm.packed import can_pack
 
     if weights not in (None, *WEIGHTS):
@@ -245,4 +245,16 @@ def layout_for(weights: str | None, device: str, torch_dtype: Any) -> str:
             f"weight layout {weights!r} needs a float32 model on CPU and torch with oneDNN; got {torch_dtype} on "
             f"{device}; use weights='dense'"
         )
+    if weights in ("bf16", "int8-bf16") and not bf16_supported():
+        raise ValueError(
+            f"weight layout {weights!r} needs a CPU on which oneDNN computes bfloat16 (AVX512BW, AVX512VL and "
+            "AVX512DQ, or AVX_NE_CONVERT); this one has neither; use weights='auto', 'fp32' or 'int8'"
+        )
     return weights
+
+
+def bf16_supported() -> bool:
+    """Whether oneDNN can run bfloat16 linear layers on this CPU (the ``bf16`` layouts' kernels)."""
+    import torch
+
+    return torch.ops.mkldnn._is_mkldnn_bf16_supported()

@@ -36,7 +36,7 @@ def test_a_config_round_trips_through_its_toml(tmp_path):
         ("threads", "4", "threads must be an integer"),
         ("adapter", "xml", "valid choices: chat, field, json"),
         ("retriever", "grep", "bm25, dense, hybrid"),
-        ("weights", "int4", "weights 'int4'.*auto, dense, fp32, int8"),
+        ("weights", "int4", "weights 'int4'.*auto, bf16, dense, fp32, int8, int8-bf16"),
     ],
 )
 def test_a_bad_config_value_fails_naming_the_field(field, value, message):

@@ -63,20 +63,59 @@ def test_int8_weights_decode_the_float32_layouts_greedy_tokens_with_close_logits
     assert min(calls) == 1 and max(calls) > 4
 
 
+BF16_FLAGS = "fpu sse2 avx2 fma avx512f avx512_vnni avx512_bf16"
+
+
 @pytest.mark.parametrize(
-    ("flags", "layout"),
-    [("fpu sse2 avx2 fma avx512f avx512_vnni avx512_bf16", "int8"), ("fpu sse2 avx2 fma", "fp32"), ("", "fp32")],
+    ("vendor", "flags", "layout"),
+    [
+        ("GenuineIntel", BF16_FLAGS, "int8"),
+        ("GenuineIntel", BF16_FLAGS + " amx_bf16 amx_tile", "int8-bf16"),
+        ("AuthenticAMD", BF16_FLAGS, "int8-bf16"),
+        ("AuthenticAMD", "fpu sse2 avx2 fma avx512f", "fp32"),
+        ("GenuineIntel", "fpu sse2 avx2 fma", "fp32"),
+        ("", "", "fp32"),
+    ],
 )
-def test_the_layout_is_chosen_by_the_cpus_flags(tmp_path, flags, layout):
-    from ragscale.programs.lm.layouts import cpu_flags, pick_layout
+def test_the_layout_is_chosen_by_the_cpus_flags_and_vendor(tmp_path, vendor, flags, layout):
+    from ragscale.programs.lm.layouts import cpu_flags, cpu_vendor, pick_layout
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(
-        f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t: avx512_bf16\n"
+        f"processor\t: 0\nvendor_id\t: {vendor}\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
+        "processor\t: 1\nvendor_id\t: Other\nflags\t: avx512_bf16\n"
     )
     assert cpu_flags(cpuinfo) == frozenset(flags.split())
-    assert pick_layout(cpu_flags(cpuinfo)) == layout
-    assert cpu_flags(tmp_path / "missing") == frozenset()
+    assert cpu_vendor(cpuinfo) == vendor
+    assert pick_layout(cpu_flags(cpuinfo), cpu_vendor(cpuinfo)) == layout
+    assert cpu_flags(tmp_path / "missing") == frozenset() and cpu_vendor(tmp_path / "missing") == ""
+
+
+@pytest.mark.parametrize("layout", ["bf16", "int8-bf16"])
+def test_bfloat16_layouts_decode_the_float32_layouts_greedy_tokens_in_less_memory(engine, layout):
+    import torch
+
+    from ragscale.programs.lm.layouts import Bf16Linear, Int8Linear, weight_bytes
+    from ragscale.programs.lm.models import bf16_supported, load_model
+
+    if not bf16_supported():
+        pytest.skip("oneDNN has no bfloat16 kernels on this CPU (it lacks AVX512BW/VL/DQ and AVX_NE_CONVERT)")
+    from ragscale.programs.lm.packed import PackedLinear
+
+    model, _ = load_model("smollm2-135m", weights=layout)
+    assert model.weight_layout == layout
+    kinds = {type(m) for m in model.modules()}
+    assert Bf16Linear in kinds and torch.nn.Linear not in kinds
+    assert (Int8Linear in kinds) == (layout == "int8-bf16")
+    weights = sum(m.in_features * m.out_features for m in engine.model.modules() if isinstance(m, PackedLinear))
+    # fp32 holds four bytes per linear weight; bf16 two; int8-bf16 two, one more of int8 and a scale per row
+    saved = weight_bytes(engine.model) - weight_bytes(model)
+    assert saved == pytest.approx(weights * (2 if layout == "bf16" else 1), rel=0.02)
+    ref_logits, ref_tokens = logits_and_greedy(engine.model, engine.tokenizer)
+    logits, tokens = logits_and_greedy(model, engine.tokenizer)
+    assert tokens == ref_tokens
+    # bfloat16 keeps 8 bits of mantissa: the logits move, but by far less than they spread
+    assert (logits - ref_logits).abs().mean() < 0.05 * ref_logits.std()
 
 
 def test_auto_applies_the_layout_of_the_flags_found(monkeypatch):
@@ -84,6 +123,7 @@ def test_auto_applies_the_layout_of_the_flags_found(monkeypatch):
     from ragscale.programs.lm.models import load_model
 
     monkeypatch.setattr(layouts, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    monkeypatch.setattr(layouts, "cpu_vendor", lambda: "GenuineIntel")
     model, _ = load_model("smollm2-135m", weights="auto")
     assert model.weight_layout == "int8"
     assert any(isinstance(m, layouts.Int8Linear) for m in model.modules())
@@ -98,5 +138,30 @@ def test_a_layout_it_cannot_apply_names_why_and_the_choices():
     assert WEIGHTS == ("auto", *LAYOUTS)
     with pytest.raises(ValueError, match=r"float32 model on CPU.*bfloat16"):
         load_model("smollm2-135m", dtype="bfloat16", weights="int8")
-    with pytest.raises(ValueError, match=r"'int4'.*auto, fp32, dense, int8"):
+    with pytest.raises(ValueError, match=r"'int4'.*auto, fp32, dense, int8, bf16, int8-bf16"):
         load_model("smollm2-135m", weights="int4")
+
+
+@pytest.mark.parametrize("layout", ["bf16", "int8-bf16"])
+def test_a_bfloat16_layout_on_a_cpu_without_bfloat16_kernels_names_the_flags_and_the_choices(monkeypatch, layout):
+    from ragscale.programs.lm import models
+
+    monkeypatch.setattr(models, "bf16_supported", lambda: False)
+    with pytest.raises(ValueError, match=rf"'{layout}'.*AVX512BW.*AVX_NE_CONVERT.*'auto', 'fp32' or 'int8'"):
+        models.load_model("smollm2-135m", weights=layout)
+
+
+def test_rows_are_quantised_in_chunks_as_whole_and_the_weight_is_left_as_it_was():
+    import torch
+
+    from ragscale.programs.lm.layouts import quantize_rows
+
+    weight = torch.randn(1000, 64)
+    weight[3] = 0.0  # a row of zeros gets the smallest scale, not a division by zero
+    original = weight.clone()
+    whole, whole_scale = quantize_rows(weight, chunk=1000)
+    chunked, chunked_scale = quantize_rows(weight, chunk=96)
+    assert torch.equal(weight, original)
+    assert torch.equal(whole, chunked) and torch.equal(whole_scale, chunked_scale)
+    assert whole.dtype == torch.int8 and whole.abs().amax(1)[4:].eq(127).all() and whole[3].eq(0).all()
+    torch.testing.assert_close(whole.float() * whole_scale[:, None], weight, atol=whole_scale.max().item(), rtol=0)
