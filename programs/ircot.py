@@ -7,11 +7,15 @@ step (the new sentence is the query; its passages join the collection), until a 
 is" or a step cap; a reader then answers from all passages collected (capped, 15 in the paper). In DSPy:
 ``Predict(ContinueReasoning)`` writes one sentence per call, the retriever is called with that sentence, and
 ``Predict(Answer)`` is the reader.
+
+The collection keeps the order in which passages joined it (each retrieval's new passages appended, most relevant
+last within them), so each reason step's prompt begins with the previous step's documents and an engine that reuses
+computed prefixes computes only what the step added.
 """
 
 import dspy
 
-from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
+from ragscale.programs.retrieval import Passage, format_passage, most_relevant_last, references
 from ragscale.signatures import Answer
 from ragscale.signatures.methods import ContinueReasoning
 
@@ -39,17 +43,21 @@ class IRCoT(dspy.Module):
 
     def forward(self, question: str) -> dspy.Prediction:
         queries, reasoning = [question], []
-        rankings = [self.retriever(question, self.k)]
-        passages = rankings[0]
+        passages = self.collect([], self.retriever(question, self.k))
         for _ in range(self.max_steps):
-            documents = [format_passage(p) for p in most_relevant_last(passages)]
+            documents = [format_passage(p) for p in passages]
             sentence = self.reason(documents=documents, question=question, reasoning=list(reasoning)).next_sentence
             reasoning.append(sentence)
             if ANSWER_MARKER in sentence.lower():
                 break
             queries.append(sentence)  # the new sentence is the next query
-            rankings.append(self.retriever(sentence, self.k))
-            passages = merge_by_rank(rankings)[: self.max_passages]
-        passages = most_relevant_last(passages)
+            passages = self.collect(passages, self.retriever(sentence, self.k))
         answer = self.answer(documents=[format_passage(p) for p in passages], question=question).answer
         return dspy.Prediction(answer=answer, passages=references(passages), reasoning=reasoning, queries=queries)
+
+    def collect(self, collected: list[Passage], ranking: list[Passage]) -> list[Passage]:
+        """``collected`` with the passages of ``ranking`` it lacks appended (most relevant last), up to
+        ``max_passages``."""
+        seen = {p.id for p in collected}
+        new = [p for p in most_relevant_last(ranking) if p.id not in seen]
+        return [*collected, *new][: self.max_passages]

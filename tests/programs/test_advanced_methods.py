@@ -7,6 +7,7 @@ method made exactly the scripted calls.
 """
 
 import copy
+import itertools
 import re
 
 import dspy
@@ -321,6 +322,19 @@ def test_ircot_stops_at_the_step_cap_and_keeps_at_most_max_passages():
     assert len(retriever.calls) == 4  # the question, then one query per sentence
     assert len(prediction.passages) == 4
     assert "Ed Wood was an actor." in prompt(lm, 2)  # each step sees the sentences so far
+
+
+def test_ircot_appends_each_steps_passages_so_every_prompt_extends_the_last_ones_documents():
+    program = IRCoT(OverlapRetriever(), k=2, max_steps=3)
+    seen, reason = [], program.reason
+    program.reason = lambda **inputs: seen.append(inputs["documents"]) or reason(**inputs)
+    replies = [{"next_sentence": s} for s in ("Doctor Strange is a film.", "Ed Wood was an actor.", "Paris.")]
+    prediction, _ = run(program, [*replies, {"answer": "Denver"}])
+    assert len(seen) == 3 and len(seen[-1]) > len(seen[0])
+    for before, after in itertools.pairwise(seen):
+        assert after[: len(before)] == before  # the earlier documents, in the same order, come first
+    titles = [p["title"] for p in prediction.passages]  # the reader gets the whole collection, in that order
+    assert titles[: len(seen[-1])] == [document.split(":")[0] for document in seen[-1]]
 
 
 def test_search_chain_keeps_supported_nodes_corrects_the_contradicted_one_and_replans():
