@@ -1,6 +1,6 @@
 """Do the weight layouts give float32's answers? RAG on HotpotQA dev with each layout, compared with fp32.
 
-    python benchmarks/layouts.py [--layouts fp32,int8] [--lm qwen2.5-coder-0.5b] [--limit 100]
+    python benchmarks/layouts.py [--layouts fp32,int8-bf16,bf16,int8] [--lm qwen2.5-coder-0.5b] [--limit 100]
                                  [--out-dir runs/layouts] [--json FILE]
 
 Each layout of ``--layouts`` (``programs/lm/layouts.py``; the first is the reference, fp32 by default) answers the
@@ -33,7 +33,9 @@ def records(summary: dict, runs_dir: Path) -> dict[str, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layouts", default="fp32,int8", help="comma-separated layouts, the reference first")
+    parser.add_argument(
+        "--layouts", default="fp32,int8-bf16,bf16,int8", help="comma-separated layouts, the reference first"
+    )
     parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
     parser.add_argument("--limit", type=int, default=100)
     parser.add_argument("--threads", type=int, default=4)

@@ -6,7 +6,7 @@ Times, on random weights of Qwen2.5-0.5B's shapes (per decoder layer q, k, v, o,
 plus the 151,936 x 896 output head), the linear layers of one forward pass over ``rows`` tokens with each kernel
 torch offers on CPU:
 
-- ``fp32``: oneDNN-packed float32 (``packed.PackedLinear``, the engine's default);
+- ``fp32``: oneDNN-packed float32 (``packed.PackedLinear``, the reference layout);
 - ``bf16``: oneDNN-packed bfloat16 weights and activations;
 - ``int8 weights, bf16 act``: ``torch._weight_int8pack_mm`` (one scale per output channel), the ``int8`` layout's
   decode path; ``int8 weights, fp32 act``: the same kernel on float32 activations;

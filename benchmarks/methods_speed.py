@@ -1,19 +1,20 @@
-"""How fast the multi-call methods run on the engine, with and without its prefix cache: the methods-speed table.
+"""How fast the multi-call methods run on the engine before and after its speed-ups: the methods-speed table.
 
-    python benchmarks/methods_speed.py [--limit 50] [--threads 4] [--lm qwen2.5-coder-0.5b]
+    python benchmarks/methods_speed.py [--limit 50] [--threads 4] [--lm qwen2.5-coder-0.5b] [--weights auto]
                                        [--methods rag,drag,iterdrag,ircot] [--out-dir runs/methods-speed]
 
 Each method runs through ``run_experiment`` (as ``ragscale run``: hybrid retrieval over the paragraphs of the run's
-questions, k = 5) on the first ``--limit`` HotpotQA dev questions at ``--threads`` threads, DSPy's cache off, twice
-on one loaded model: behind an engine that recomputes every prompt (``prefix cache off``, the engine without
-reuse) and behind the engine as it runs by default (``on``: the radix tree of computed prefixes, emptied before
-the run). DRAG and IterDRAG get labelled demonstrations (``--optimizer labeled``: documents retrieved for gold
-answers, no LM call to compile), so their prompts carry the shared demonstrations the cache is for; RAG and
-IRCoT run uncompiled. Per run: questions per minute (evaluation alone), the prompt tokens the engine was sent and
-those it computed, LM calls and EM (greedy answers: the cache changes an answer only at a tie, and EM shows it).
+questions, k = 5) on the first ``--limit`` HotpotQA dev questions at ``--threads`` threads, DSPy's cache off, on two
+engines: "before", float32 weights behind an engine that recomputes every prompt (the engine without a low-bit
+layout or prefix reuse), and "after", the weights of ``--weights`` (default: ``load_model``'s) behind the engine as
+it runs by default (the radix tree of computed prefixes, emptied before the run). DRAG and IterDRAG get labelled
+demonstrations (``--optimizer labeled``: documents retrieved for gold answers, no LM call to compile), so their
+prompts carry the shared demonstrations the cache is for; RAG and IRCoT run uncompiled. Per run: questions per
+minute (evaluation alone), the prompt tokens the engine was sent and those it computed, LM calls and EM (greedy
+answers: a layout or the cache changes an answer only where the logits are close, and EM shows it).
 
-Each cell is written to ``<out-dir>/<method>__<cache>.json`` as it finishes and a rerun skips the cells that
-exist, so an interrupted benchmark resumes. The table ends with the CPU it ran on. Timings need a quiet CPU:
+Each cell is written to ``<out-dir>/<method>__<weights>__<cache>.json`` as it finishes and a rerun skips the cells
+that exist, so an interrupted benchmark resumes. The table ends with the CPU it ran on. Timings need a quiet CPU:
 run one benchmark at a time.
 """
 
@@ -65,13 +66,15 @@ def measure(config, lm, *, cache: bool) -> dict:
 
 def table(cells: list[dict]) -> str:
     lines = [
-        "| method | optimizer | prefix cache | EM | LM calls / q | q / min | prompt tokens computed / sent | share |",
-        "|---|---|---|--:|--:|--:|--:|--:|",
+        "| method | optimizer | weights | prefix cache | EM | LM calls / q | q / min | prompt tokens computed / sent "
+        "| share |",
+        "|---|---|---|---|--:|--:|--:|--:|--:|",
     ]
     for cell in cells:
         sent, computed = cell["prompt_tokens_sent"], cell["prompt_tokens_computed"]
         lines.append(
-            f"| {cell['method']} | {cell['optimizer']} | {cell['prefix_cache']} | {cell['em']:.1f} | "
+            f"| {cell['method']} | {cell['optimizer']} | {cell['weights']} | {cell['prefix_cache']} | "
+            f"{cell['em']:.1f} | "
             f"{cell['lm_calls_per_question']:.2f} | {cell['questions_per_minute']:.1f} | {computed:,} / {sent:,} | "
             f"{100 * computed / max(sent, 1):.0f}% |"
         )
@@ -79,14 +82,14 @@ def table(cells: list[dict]) -> str:
 
 
 def speedups(cells: list[dict]) -> str:
-    """Each method's questions per minute with the cache against without it, from the same run of the script."""
+    """Each method's questions per minute after against before, from the same run of the script."""
     by_key = {(c["method"], c["prefix_cache"]): c for c in cells}
     parts = []
     for method in dict.fromkeys(c["method"] for c in cells):
-        on, off = by_key.get((method, "on")), by_key.get((method, "off"))
-        if on and off and off["questions_per_minute"]:
-            parts.append(f"{method} {on['questions_per_minute'] / off['questions_per_minute']:.2f}x")
-    return "questions/min, prefix cache on vs off: " + (", ".join(parts) or "n/a")
+        after, before = by_key.get((method, "on")), by_key.get((method, "off"))
+        if after and before and before["questions_per_minute"]:
+            parts.append(f"{method} {after['questions_per_minute'] / before['questions_per_minute']:.2f}x")
+    return "questions/min, after vs before: " + (", ".join(parts) or "n/a")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=50, help="HotpotQA dev questions (default 50)")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--weights", help="the weight layout after (default: load_model's); before is fp32")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--out-dir", type=Path, default=Path("runs/methods-speed"))
     parser.add_argument("--json", type=Path, help="also write every cell as one JSON list")
@@ -105,28 +109,35 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.experiments.config import RunConfig
     from ragscale.experiments.runner import load_lm_for
     from ragscale.programs import PROGRAMS
+    from ragscale.programs.lm.models import WEIGHTS, layout_for, pick_device_dtype
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in PROGRAMS]
     if not methods or unknown:
         parser.error(f"--methods {args.methods!r}: give some of {', '.join(PROGRAMS)}")
+    if args.weights not in (None, *WEIGHTS):
+        parser.error(f"--weights {args.weights!r}: give one of {', '.join(WEIGHTS)}")
+    after = layout_for(args.weights, *pick_device_dtype())
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    lm, cells = None, []
+    lms, cells = {}, []
     for method in methods:
-        for cache in (False, True):
-            path = args.out_dir / f"{method}__{'on' if cache else 'off'}.json"
+        for weights, cache in (("fp32", False), (after, True)):
+            path = args.out_dir / f"{method}__{weights}__{'on' if cache else 'off'}.json"
             if path.exists():
                 cells.append(json.loads(path.read_text(encoding="utf-8")))
                 continue
             config = RunConfig(
                 method=method, dataset="hotpotqa", optimizer=OPTIMIZER.get(method, "none"), lm=args.lm,
                 limit=args.limit, train_limit=16, max_demos=2, max_docs_per_demo=3, threads=args.threads,
-                runs_dir=args.out_dir / "runs", cache=False,
+                runs_dir=args.out_dir / "runs", cache=False, weights=weights,
             )  # fmt: skip
-            lm = lm or load_lm_for(config)
+            lms[weights] = lms.get(weights) or load_lm_for(config)
             start = time.perf_counter()
-            cell = measure(config, lm, cache=cache)
-            cell.update(prefix_cache="on" if cache else "off", benchmark_wall_s=round(time.perf_counter() - start, 1))
+            cell = measure(config, lms[weights], cache=cache)
+            cell.update(
+                weights=weights, prefix_cache="on" if cache else "off",
+                benchmark_wall_s=round(time.perf_counter() - start, 1),
+            )  # fmt: skip
             write_json(path, cell, indent=2)
             cells.append(cell)
             print(table(cells[-1:]).splitlines()[-1], flush=True)
