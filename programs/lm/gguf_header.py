@@ -1,15 +1,17 @@
-"""A GGUF file checked from its header alone: whole, and GGUF, before a loader reads its weights.
+"""A GGUF file's header read alone: its tensor table, and a check that the file is whole and GGUF before a loader
+reads its weights.
 
 A truncated download, a half-copied file or a file that is not GGUF would otherwise fail deep inside transformers'
-loader with a ``struct.error``, after seconds of work. ``check_gguf`` reads the header, the metadata and the tensor
-table (not the weights) and checks that every tensor's data lies inside the file. It parses the header itself
-because ``gguf.GGUFReader`` reads every metadata array element by element, which takes seconds on a model's
+loader with a ``struct.error``, after seconds of work. ``read_header`` reads the header, the metadata and the tensor
+table (not the weights); ``check_gguf`` checks that every tensor's data lies inside the file. The header is parsed
+here because ``gguf.GGUFReader`` reads every metadata array element by element, which takes seconds on a model's
 vocabulary; the quantisation block sizes come from the ``gguf`` package.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +23,46 @@ array."""
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
+@dataclass(frozen=True)
+class GGUFTensor:
+    """One entry of a GGUF file's tensor table: its name, dimensions (innermost first, as GGUF stores them), GGML
+    type number, and where its data lies in the file (``start``, absolute, and ``nbytes``)."""
+
+    name: str
+    dims: tuple[int, ...]
+    kind: int
+    start: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """What a loader needs from a GGUF file's header: its architecture (``general.architecture``) and tensors."""
+
+    architecture: str
+    tensors: list[GGUFTensor]
+
+
 def check_gguf(path: Path) -> None:
     """Raise ``ValueError`` naming ``path`` unless it is a whole GGUF file (version 2 or 3): the magic bytes, the
     metadata and the tensor table readable to their end, and every tensor's data inside the file.
 
     Only the header is read (the weights are not), so a truncated download, a half-copied file or a file that is
     not GGUF fails here within a second, before transformers' loader would fail deep inside with a ``struct.error``.
-    Lengths and counts are checked against the file's size before anything is read, so a corrupt header cannot make
-    this allocate more than the file holds.
     """
+    size = path.stat().st_size
+    for tensor in read_header(path).tensors:
+        if tensor.start + tensor.nbytes > size:
+            raise ValueError(
+                f"{path} is truncated: the data of tensor {tensor.name!r} ends at byte {tensor.start + tensor.nbytes}, "
+                f"past the end of the file ({size} bytes); download or copy it again"
+            )
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """The architecture and tensor table of the GGUF file ``path`` (version 2 or 3); ``ValueError`` naming the file
+    where the header is not GGUF or ends early. Lengths and counts are checked against the file's size before
+    anything is read, so a corrupt header cannot make this allocate more than the file holds."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     size = path.stat().st_size
@@ -76,21 +109,26 @@ def check_gguf(path: Path) -> None:
             raise ValueError(f"{path}: GGUF version {version} is not supported (only {GGUF_VERSIONS})")
         n_tensors, n_values = scalar("Q", "header"), scalar("Q", "header")
         expect(n_values, 12, "metadata")  # a key's length and a value's type at least
-        alignment = 32
+        alignment, architecture = 32, ""
         for index in range(n_values):
             key = take(scalar("Q", f"metadata entry {index}"), f"metadata entry {index}").decode("utf-8", "replace")
             kind = scalar("I", f"metadata {key!r}")
             if key == "general.alignment" and kind in _GGUF_SCALARS:
                 alignment = scalar(_GGUF_SCALARS[kind], f"metadata {key!r}")
+            elif key == "general.architecture" and kind == _GGUF_STRING:
+                architecture = take(scalar("Q", key), key).decode("utf-8", "replace")
             else:
                 skip_value(kind, f"metadata {key!r}")
         if alignment < 1:
             raise ValueError(f"{path} is not a valid GGUF file: general.alignment is {alignment}")
         expect(n_tensors, 24, "tensor table")  # a name's length, the dimension count, type and offset at least
-        tensors = []
+        tensors, names = [], set()
         for index in range(n_tensors):
             what = f"tensor table (tensor {index})"
             name = take(scalar("Q", what), what).decode("utf-8", "replace")
+            if name in names:
+                raise ValueError(f"{path} is not a valid GGUF file: tensor {name!r} is in its tensor table twice")
+            names.add(name)
             n_dims = scalar("I", what)
             dims = struct.unpack(f"<{n_dims}Q", take(8 * n_dims, what))
             kind, offset = scalar("I", what), scalar("Q", what)
@@ -101,11 +139,6 @@ def check_gguf(path: Path) -> None:
             elements = 1
             for dim in dims:
                 elements *= dim
-            tensors.append((name, offset, elements // block * block_bytes))
+            tensors.append((name, dims, kind, offset, elements // block * block_bytes))
         start = (handle.tell() + alignment - 1) // alignment * alignment  # the data begins at the next multiple
-    for name, offset, nbytes in tensors:
-        if start + offset + nbytes > size:
-            raise ValueError(
-                f"{path} is truncated: the data of tensor {name!r} ends at byte {start + offset + nbytes}, past the "
-                f"end of the file ({size} bytes); download or copy it again"
-            )
+    return GGUFHeader(architecture, [GGUFTensor(n, d, k, start + o, b) for n, d, k, o, b in tensors])

@@ -2,17 +2,24 @@
 
 transformers' ``from_pretrained(..., gguf_file=...)`` dequantises every tensor of the file into a float32 state
 dict and only then fills the model from it, so while it loads the weights are resident twice. :func:`load_gguf`
-builds the model from the file's config with its weights left uninitialised, then dequantises each tensor of the
-memory-mapped file (gguf's ``dequantize``) straight into its parameter: the peak is the model plus one tensor. The
+builds the model from the file's config with its weights left uninitialised, then reads each tensor of the file
+and dequantises it (gguf's ``dequantize``) straight into its parameter: the peak is the model plus one tensor. The
 names, the architecture's reordering of tensors (llama-type files store q and k permuted) and the config come from
 transformers' own GGUF code, so the model equals the one ``from_pretrained`` loads (a test compares them tensor by
-tensor).
+tensor). The tensor table comes from ``gguf_header.read_header``, which skips the vocabulary that
+``gguf.GGUFReader`` would parse element by element.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from pathlib import Path
 from typing import Any
+
+from ragscale.programs.lm.gguf_header import GGUFTensor
+
+_NAME_MAP_LOCK = threading.Lock()
 
 
 def load_gguf(path: Path, dtype: Any) -> Any:
@@ -23,40 +30,31 @@ def load_gguf(path: Path, dtype: Any) -> Any:
     """
     import numpy as np
     import torch
-    from gguf import GGUFReader, dequantize
+    from gguf import GGMLQuantizationType, dequantize
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
-    from transformers.modeling_gguf_pytorch_utils import (
-        TENSOR_PROCESSORS,
-        TensorProcessor,
-        get_gguf_hf_weights_map,
-        load_gguf_checkpoint,
-        read_field,
-    )
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, load_gguf_checkpoint
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    # Reading a file's metadata (its whole vocabulary) takes seconds: it is read twice, once for the config as
-    # AutoConfig reads it and once with the tensors, as from_pretrained does.
-    config_fields = load_gguf_checkpoint(str(path))["config"]
+    from ragscale.programs.lm.gguf_header import read_header
+
+    config_fields = load_gguf_checkpoint(str(path))["config"]  # the config as AutoConfig reads it from the file
     config = CONFIG_MAPPING[config_fields["model_type"]].from_dict(config_fields)
     config._name_or_path = str(path.parent)
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    reader = GGUFReader(path)
-    architecture = read_field(reader, "general.architecture")[0]
-    reader.fields.clear()  # the vocabulary's many small arrays: the tensors are all that is read from here on
-    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config_fields)
-    hf_names = get_gguf_hf_weights_map(model, processor)
+    header = read_header(path)
+    processor = TENSOR_PROCESSORS.get(header.architecture, TensorProcessor)(config=config_fields)
+    hf_names = weights_map(model, processor)
     targets = dict(model.named_parameters()) | dict(model.named_buffers())
     filled: set[int] = set()
-    # Each tensor's bytes are read from the file, not through the reader's memory map: mapped pages stay resident
-    # (and counted) until the map closes, read ones are freed with the tensor.
+    # Each tensor's bytes are read from the file, not through a memory map: mapped pages stay resident (and
+    # counted) until the map closes, read ones are freed with the tensor.
     with path.open("rb") as file, torch.no_grad():
-        for tensor in reader.tensors:
-            file.seek(tensor.data_offset)
-            raw = np.frombuffer(file.read(tensor.n_bytes), dtype=tensor.data.dtype).reshape(tensor.data.shape)
+        for tensor in header.tensors:
+            raw = read_tensor(file, tensor)
             result = processor.process(
-                weights=dequantize(raw, tensor.tensor_type),
+                weights=dequantize(raw, GGMLQuantizationType(tensor.kind)),
                 name=tensor.name,
                 tensor_key_mapping=hf_names,
                 parsed_parameters={"config": config_fields},
@@ -74,9 +72,48 @@ def load_gguf(path: Path, dtype: Any) -> Any:
             target.copy_(source)
             filled.add(target.data_ptr())
             del raw, result, source
-    del reader, targets
+    del targets
     model.tie_weights()
     missing = [name for name, p in model.named_parameters(remove_duplicate=False) if p.data_ptr() not in filled]
     if missing:
         raise ValueError(f"{path}: the file holds no tensor for {missing[:5]} ({len(missing)} parameters in all)")
     return model.eval()
+
+
+def read_tensor(file: Any, tensor: GGUFTensor) -> Any:
+    """The data of ``tensor`` read from the open GGUF ``file`` as numpy holds it for ``gguf.dequantize``: plain
+    types as their values in the tensor's shape (outermost dimension first), quantised ones as the bytes of each
+    row's blocks."""
+    import numpy as np
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quant_shape_to_byte_shape
+
+    kind = GGMLQuantizationType(tensor.kind)
+    plain = {
+        GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32,
+        GGMLQuantizationType.F64: np.float64, GGMLQuantizationType.I8: np.int8, GGMLQuantizationType.I16: np.int16,
+        GGMLQuantizationType.I32: np.int32, GGMLQuantizationType.I64: np.int64,
+    }  # fmt: skip
+    shape = tuple(reversed(tensor.dims))
+    file.seek(tensor.start)
+    data = file.read(tensor.nbytes)
+    if kind in plain:
+        return np.frombuffer(data, dtype=plain[kind]).reshape(shape)
+    return np.frombuffer(data, dtype=np.uint8).reshape(quant_shape_to_byte_shape(shape, kind))
+
+
+def weights_map(model: Any, processor: Any) -> dict[str, str]:
+    """GGUF tensor name -> the model's parameter name: transformers' ``get_gguf_hf_weights_map``, with gguf's name
+    map built once per load. That function visits every submodule (hundreds in a 24-layer model) and builds the
+    architecture's name map anew at each, which takes seconds; the map depends only on the architecture and the
+    layer count."""
+    import gguf
+    from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
+
+    with _NAME_MAP_LOCK:
+        build = gguf.get_tensor_name_map
+        gguf.get_tensor_name_map = functools.cache(build)
+        try:
+            return get_gguf_hf_weights_map(model, processor)
+        finally:
+            gguf.get_tensor_name_map = build

@@ -42,6 +42,20 @@ def test_loading_a_truncated_gguf_fails_naming_it_before_transformers_reads_it(t
         load_model(str(path))
 
 
+def test_the_header_reader_finds_the_tensor_table_gguf_finds():
+    from gguf import GGUFReader
+
+    from ragscale.programs.lm.gguf_header import read_header
+
+    path = resolve("smollm2-135m")
+    header, reader = read_header(path), GGUFReader(path)
+    assert header.architecture == str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8") == "llama"
+    theirs = [
+        (t.name, tuple(int(d) for d in t.shape), int(t.tensor_type), t.data_offset, t.n_bytes) for t in reader.tensors
+    ]
+    assert [(t.name, t.dims, t.kind, t.start, t.nbytes) for t in header.tensors] == theirs
+
+
 def test_a_gguf_loads_one_tensor_at_a_time_into_the_model_from_pretrained_loads():
     import torch
     from transformers import AutoModelForCausalLM
