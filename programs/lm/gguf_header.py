@@ -26,11 +26,11 @@ _GGUF_STRING, _GGUF_ARRAY = 8, 9
 @dataclass(frozen=True)
 class GGUFTensor:
     """One entry of a GGUF file's tensor table: its name, dimensions (innermost first, as GGUF stores them), GGML
-    type number, and where its data lies in the file (``start``, absolute, and ``nbytes``)."""
+    type (``gguf.GGMLQuantizationType``), and where its data lies in the file (``start``, absolute, and ``nbytes``)."""
 
     name: str
     dims: tuple[int, ...]
-    kind: int
+    kind: Any
     start: int
     nbytes: int
 
@@ -133,7 +133,8 @@ def read_header(path: Path) -> GGUFHeader:
             dims = struct.unpack(f"<{n_dims}Q", take(8 * n_dims, what))
             kind, offset = scalar("I", what), scalar("Q", what)
             try:
-                block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+                kind = GGMLQuantizationType(kind)
+                block, block_bytes = GGML_QUANT_SIZES[kind]
             except (ValueError, KeyError):
                 raise ValueError(f"{path} is not a valid GGUF file: tensor {name!r} has unknown type {kind}") from None
             elements = 1

@@ -30,7 +30,7 @@ def load_gguf(path: Path, dtype: Any) -> Any:
     """
     import numpy as np
     import torch
-    from gguf import GGMLQuantizationType, dequantize
+    from gguf import dequantize
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, load_gguf_checkpoint
@@ -54,7 +54,7 @@ def load_gguf(path: Path, dtype: Any) -> Any:
         for tensor in header.tensors:
             raw = read_tensor(file, tensor)
             result = processor.process(
-                weights=dequantize(raw, GGMLQuantizationType(tensor.kind)),
+                weights=dequantize(raw, tensor.kind),
                 name=tensor.name,
                 tensor_key_mapping=hf_names,
                 parsed_parameters={"config": config_fields},
@@ -88,7 +88,7 @@ def read_tensor(file: Any, tensor: GGUFTensor) -> Any:
     from gguf import GGMLQuantizationType
     from gguf.quants import quant_shape_to_byte_shape
 
-    kind = GGMLQuantizationType(tensor.kind)
+    kind = tensor.kind
     plain = {
         GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32,
         GGMLQuantizationType.F64: np.float64, GGMLQuantizationType.I8: np.int8, GGMLQuantizationType.I16: np.int16,
