@@ -312,7 +312,7 @@ def test_parse_reads_a_whole_reply_in_the_demo_format():
 def test_smollm2_answers_a_context_question_through_the_adapter():
     from ragscale.programs.lm import load_lm
 
-    lm = load_lm("smollm2-135m", cache=False)
+    lm = load_lm("smollm2-135m", cache=False, weights="fp32")
     documents = [
         "Eiffel Tower: The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was completed in 1889.",
     ]
@@ -343,7 +343,7 @@ def test_constrain_choices_off_generates_closed_choices_as_text():
 def test_smollm2_grades_a_passage_with_a_valid_option_every_time():
     from ragscale.programs.lm import load_lm
 
-    lm = load_lm("smollm2-135m", cache=False)
+    lm = load_lm("smollm2-135m", cache=False, weights="fp32")
     with dspy.context(lm=lm, adapter=FieldAdapter()):
         grade = dspy.Predict(Grade)
         on_topic = grade(question="Who wrote Hamlet?", document="Hamlet is a tragedy by William Shakespeare.")

@@ -13,7 +13,7 @@ def ask(text: str) -> list[dict]:
 
 
 def test_meter_counts_calls_tokens_and_cache_hits(engine):
-    cached_lm = load_lm("smollm2-135m", max_tokens=8, cache=True)
+    cached_lm = load_lm("smollm2-135m", max_tokens=8, cache=True, weights="fp32")
     assert cached_lm.engine is engine  # the loaded model is shared, not loaded twice
     question = ask("Context: Ada lives in Oslo.\nQuestion: Where does Ada live?")
     with meter() as usage:
