@@ -9,7 +9,9 @@ Demonstrations carry their documents as in DRAG. In DSPy the three kinds of gene
 ``self.synthesize`` (Synthesize over every gathered document, deduplicated, ordered by the best rank each reached,
 most relevant last).
 
-As in the paper's self-ask form, a decomposition step writes the next follow-up question first, and writing
+As in the paper, where the model writes its sub-queries with the documents retrieved for the question in its
+context, each decomposition step reads those documents (the same ones every step, so the growing prompt keeps
+its prefix). As in the paper's self-ask form, a decomposition step writes the next follow-up question first, and writing
 "none" is how the model says the follow-ups answered so far are enough: asking is the path the model takes, not a
 yes/no gate it must pass before any sub-question exists. The loop also ends on a follow-up already asked (or the
 question itself) and on an unreadable decomposition; the prediction's ``stop`` says why it ended.
@@ -58,16 +60,19 @@ class IterDRAG(dspy.Module):
 
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
-        return {"answer_sub": self.k, "synthesize": self.k * (self.max_iterations + 1)}
+        return {"decompose": self.k, "answer_sub": self.k, "synthesize": self.k * (self.max_iterations + 1)}
 
     @staticmethod
     def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
-        """Follow-ups asked, the question counted as having >= 1 (a 0-1 rate), and follow-ups with an answer."""
-        asked = len(prediction.sub_questions)
+        """Follow-ups asked, the question counted as having >= 1 (a 0-1 rate), follow-ups with an answer, and
+        follow-ups written as a question (ending in "?"): a small model sometimes writes a statement or an answer
+        where the step asks for a question, and the loop takes it as the follow-up all the same."""
+        asked = prediction.sub_questions
         return {
-            "follow_ups": asked,
-            "questions_with_follow_up": float(asked > 0),
+            "follow_ups": len(asked),
+            "questions_with_follow_up": float(len(asked) > 0),
             "answered_follow_ups": answered(prediction.intermediate_answers),
+            "follow_ups_as_questions": sum(str(q).rstrip().endswith("?") for q in asked),
         }
 
     def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
@@ -77,10 +82,11 @@ class IterDRAG(dspy.Module):
 
     def forward(self, question: str) -> dspy.Prediction:
         rankings = [self.retriever(question, self.k)]
+        question_documents = [format_passage(p) for p in most_relevant_last(rankings[0])]
         follow_ups, sub_questions, intermediate_answers, stop = [], [], [], "max_iterations"
         for _ in range(self.max_iterations):
             try:
-                step = self.decompose(question=question, follow_ups=list(follow_ups))
+                step = self.decompose(documents=question_documents, question=question, follow_ups=list(follow_ups))
             except AdapterParseError as error:  # no readable follow-up: answer with what was gathered
                 logger.warning("IterDRAG: unreadable decomposition, answering now: %s", error)
                 stop = "unreadable_follow_up"

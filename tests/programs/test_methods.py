@@ -176,13 +176,20 @@ def test_a_follow_up_question_is_not_read_as_none(text):
     assert not no_follow_up(text)
 
 
-def test_iterdrag_reports_its_follow_ups_and_demonstrates_only_with_one_on_a_multi_hop_question():
+def test_iterdrag_reports_its_follow_ups_those_written_as_questions_and_demonstrates_only_with_one_on_multi_hop():
     replies = [{"follow_up": "Who wrote The Hobbit?"}, {"answer": "Tolkien"}, {"follow_up": "none"}, {"answer": "x"}]
     lm = DummyLM(replies)
     program = IterDRAG(TableRetriever([passage("A")]), k=1)
     pred = run(program, lm)
     behaviour = program.behaviour(QUESTION, pred)
-    assert behaviour == {"follow_ups": 1, "questions_with_follow_up": 1.0, "answered_follow_ups": 1}
+    assert behaviour == {
+        "follow_ups": 1,
+        "questions_with_follow_up": 1.0,
+        "answered_follow_ups": 1,
+        "follow_ups_as_questions": 1,
+    }
+    stated = dspy.Prediction(answer="x", sub_questions=["Tolkien wrote it."], intermediate_answers=["Tolkien"])
+    assert program.behaviour(QUESTION, stated)["follow_ups_as_questions"] == 0
     skipped = dspy.Prediction(answer="x", sub_questions=[], intermediate_answers=[])
     assert program.behaviour(QUESTION, skipped)["questions_with_follow_up"] == 0.0
     bridge, single = (dspy.Example(question=QUESTION, type=kind) for kind in ("bridge", "single-hop (NQ-open)"))
@@ -201,3 +208,11 @@ def test_a_follow_up_that_copies_the_q_a_framing_is_read_as_its_question_and_a_c
     lm = DummyLM([{"follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, echo, {"answer": "Tolkien"}])
     pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3), lm)
     assert (pred.sub_questions, pred.stop) == (["Who wrote it first?"], "repeated_follow_up")
+
+
+def test_each_iterdrag_decomposition_reads_the_documents_retrieved_for_the_question():
+    lm = DummyLM([{"follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, {"follow_up": "none"}, {"answer": "x"}])
+    run(IterDRAG(TableRetriever([passage("A")]), k=1), lm)
+    decompositions = [call for call in lm.history if "[[ ## follow_up ## ]]" in str(call["messages"][0]["content"])]
+    assert len(decompositions) == 2
+    assert all(format_passage(passage("A")) in str(call["messages"]) for call in decompositions)
