@@ -220,11 +220,13 @@ def _require_text(text: str, raw: str, *, optional: bool) -> str:
 
 
 def _may_be_empty(field) -> bool:
-    """A str field may be empty when declared optional or when its description says it may be empty."""
+    """A str field may be empty when declared optional or when its description says it may be empty or offers
+    "none" as a value (IterDRAG's follow-up: "the next follow-up question, or none"), so that "none", "(none)" and
+    the like read as an empty value instead of a copied template."""
     if not field.is_required() or _allows_none(field.annotation):
         return True
     desc = (field.json_schema_extra or {}).get("desc", "") or ""
-    return "empty" in desc.lower()
+    return "empty" in desc.lower() or re.search(r"\bor none\b", desc.lower()) is not None
 
 
 def _allows_none(annotation) -> bool:

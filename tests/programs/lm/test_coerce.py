@@ -39,3 +39,11 @@ def test_a_literal_reads_back_as_its_option_and_an_enum_as_its_member(raw, liter
 def test_text_that_names_no_option_fails_naming_the_field():
     with pytest.raises(FieldParseError, match=r"Paint\.member: expected one of \['red', 'dark red'\]"):
         coerce_field(Paint, "member", "blue")
+
+
+@pytest.mark.parametrize("raw", [" none", " (none)", " (None)", " None."])
+def test_a_field_that_offers_none_as_a_value_reads_none_as_empty_rather_than_as_a_copied_template(raw):
+    from ragscale.signatures import Decompose
+
+    assert coerce_field(Decompose, "follow_up", raw) == ""
+    assert coerce_field(Decompose, "follow_up", " Who wrote it?") == "Who wrote it?"
