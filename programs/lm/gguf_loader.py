@@ -22,8 +22,9 @@ from ragscale.programs.lm.gguf_header import GGUFTensor
 _NAME_MAP_LOCK = threading.Lock()
 
 
-def load_gguf(path: Path, dtype: Any) -> Any:
-    """The causal LM stored in the GGUF file ``path``, on CPU in ``dtype``, in eval mode.
+def load_gguf(path: Path, dtype: Any, config_fields: dict[str, Any] | None = None) -> Any:
+    """The causal LM stored in the GGUF file ``path``, on CPU in ``dtype``, in eval mode. ``config_fields`` are the
+    config as transformers reads it from the file (``gguf_metadata.gguf_metadata``); None reads them now.
 
     A parameter the file does not fill (other than one tied to a filled one) or a tensor of the wrong shape is an
     error naming it and the file, never a model with random weights.
@@ -38,7 +39,8 @@ def load_gguf(path: Path, dtype: Any) -> Any:
 
     from ragscale.programs.lm.gguf_header import read_header
 
-    config_fields = load_gguf_checkpoint(str(path))["config"]  # the config as AutoConfig reads it from the file
+    if config_fields is None:
+        config_fields = load_gguf_checkpoint(str(path))["config"]  # the config as AutoConfig reads it from the file
     config = CONFIG_MAPPING[config_fields["model_type"]].from_dict(config_fields)
     config._name_or_path = str(path.parent)
     with no_init_weights():

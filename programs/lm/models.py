@@ -19,7 +19,8 @@ imports ``llm``, which is not installed.
 
 A model directory or ``.gguf`` file path works too; such a GGUF file's header is checked before it loads
 (``check_gguf``, once per load, not on every ``resolve``), so a truncated or foreign file fails at once, naming
-it. GGUF files are dequantised to the load dtype one tensor at a time (``gguf_loader.py``). A tokenizer without
+it. GGUF files are dequantised to the load dtype one tensor at a time (``gguf_loader.py``); their tokenizer and
+config are converted once and kept as JSON (``gguf_metadata.py``). A tokenizer without
 a chat template gets :data:`PLAIN_CHAT_TEMPLATE`.
 """
 
@@ -201,14 +202,15 @@ def load_model(
         check_gguf(path)
     device, torch_dtype = pick_device_dtype(device, dtype)
     weights = layout_for(weights, device, torch_dtype)  # before loading: a layout that cannot apply fails now
-    where, extra = (str(path.parent), {"gguf_file": path.name}) if path.is_file() else (str(path), {})
-    tokenizer = AutoTokenizer.from_pretrained(where, **extra)
     if path.is_file():
         from ragscale.programs.lm.gguf_loader import load_gguf
+        from ragscale.programs.lm.gguf_metadata import gguf_metadata
 
-        model = load_gguf(path, torch_dtype)  # one tensor at a time: from_pretrained holds the weights twice
+        tokenizer, config_fields = gguf_metadata(path)  # converted once, then read back as JSON
+        model = load_gguf(path, torch_dtype, config_fields)  # one tensor at a time: from_pretrained holds it twice
     else:
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
     model = model.to(device).eval()
     model.requires_grad_(False)
     model.weight_layout = apply_layout(model, weights)
