@@ -5,11 +5,13 @@
                                   [--out-dir runs/faithful] [--json FILE]
 
 For each dataset it runs, in this order (the claims first, so a benchmark cut short has them): IterDRAG
-uncompiled and compiled, RAG uncompiled, DRAG compiled, closed-book uncompiled, Self-RAG and CRAG compiled and
-uncompiled, closed-book compiled, and the two oracle rows: the RAG program given the question's gold paragraphs,
-and given all its paragraphs (``OracleRetriever``). "Compiled" is ``bootstrap`` with the teacher LM running DSPy's
-teacher program on the first ``--train-limit`` train questions (2 demonstrations of at most 3 documents each);
-the student LM answers the first ``--limit`` dev questions (hybrid retrieval, k = 5, 8 threads, DSPy's cache off).
+uncompiled, compiled and with labelled demonstrations (``labeled``: MuSiQue's gold decompositions, with the
+documents retrieved for each step, where the data has them; no teacher), RAG uncompiled, DRAG compiled,
+closed-book uncompiled, Self-RAG and CRAG compiled and uncompiled, closed-book compiled, and the two oracle rows:
+the RAG program given the question's gold paragraphs, and given all its paragraphs (``OracleRetriever``).
+"Compiled" is ``bootstrap`` with the teacher LM running DSPy's teacher program on the first ``--train-limit``
+train questions (2 demonstrations of at most 3 documents each); the student LM answers the first ``--limit`` dev
+questions (hybrid retrieval, k = 5, 8 threads, DSPy's cache off).
 Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its demonstrations), so its row is RAG's.
 
 Each cell is one ``run_experiment`` (the path of ``ragscale run``, tracked in MLflow under the out dir's parent)
@@ -33,6 +35,7 @@ from ragscale.experiments.files import write_json
 CELLS = (
     ("iterdrag", "none"),
     ("iterdrag", "bootstrap"),
+    ("iterdrag", "labeled"),
     ("rag", "none"),
     ("drag", "bootstrap"),
     ("closed-book", "none"),
@@ -56,6 +59,7 @@ PAIRS = (
     ("compiled DRAG vs RAG", ("drag", "bootstrap"), ("rag", "none")),
     ("compiled IterDRAG vs compiled DRAG", ("iterdrag", "bootstrap"), ("drag", "bootstrap")),
     ("IterDRAG compiled vs uncompiled", ("iterdrag", "bootstrap"), ("iterdrag", "none")),
+    ("IterDRAG labeled vs uncompiled", ("iterdrag", "labeled"), ("iterdrag", "none")),
     ("Self-RAG compiled vs uncompiled", ("self-rag", "bootstrap"), ("self-rag", "none")),
     ("CRAG compiled vs uncompiled", ("crag", "bootstrap"), ("crag", "none")),
     ("closed-book compiled vs uncompiled", ("closed-book", "bootstrap"), ("closed-book", "none")),
@@ -161,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_process()
     from ragscale.experiments.config import RunConfig
     from ragscale.experiments.runner import load_examples, load_named_lm, run_experiment
+    from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     runs_dir = args.out_dir.parent
@@ -174,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 done[(row, optimizer)] = json.loads(path.read_text(encoding="utf-8"))
                 continue
             oracle = row.startswith("oracle-")
-            compiled = optimizer != "none"
+            compiled = optimizer in TEACHER_OPTIMIZERS  # a teleprompter that runs the teacher program
             config = RunConfig(
                 method="rag" if oracle else row,
                 dataset=dataset,
