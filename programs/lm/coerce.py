@@ -76,8 +76,11 @@ def coerce_field(signature: type[Signature], name: str, raw: str) -> Any:
             return Reasoning(content=_require_text(text, raw, optional=False))
         if annotation is str:
             optional = _may_be_empty(field)
-            if optional and _norm(text).strip("()") in _NOTHING:
-                return ""
+            if _norm(text).strip("()") in _NOTHING:  # "none", "(none)", "N/A", ...: the prompt's empty list copied
+                if optional:
+                    return ""
+                if _offers_none(field):
+                    return "none"
             junk = _template_junk(signature, text)
             if junk:
                 raise ValueError(f"copied the prompt's template ({junk!r}) instead of a value")
@@ -220,13 +223,18 @@ def _require_text(text: str, raw: str, *, optional: bool) -> str:
 
 
 def _may_be_empty(field) -> bool:
-    """A str field may be empty when declared optional or when its description says it may be empty or offers
-    "none" as a value (IterDRAG's follow-up: "the next follow-up question, or none"), so that "none", "(none)" and
-    the like read as an empty value instead of a copied template."""
+    """A str field may be empty when declared optional or when its description says it may be empty."""
     if not field.is_required() or _allows_none(field.annotation):
         return True
     desc = (field.json_schema_extra or {}).get("desc", "") or ""
-    return "empty" in desc.lower() or re.search(r"\bor none\b", desc.lower()) is not None
+    return "empty" in desc.lower()
+
+
+def _offers_none(field) -> bool:
+    """Whether a str field's description offers "none" as its value (IterDRAG's follow-up: "the next follow-up
+    question, or none")."""
+    desc = (field.json_schema_extra or {}).get("desc", "") or ""
+    return re.search(r"\bor none\b", desc.lower()) is not None
 
 
 def _allows_none(annotation) -> bool:

@@ -42,8 +42,8 @@ def test_text_that_names_no_option_fails_naming_the_field():
 
 
 @pytest.mark.parametrize("raw", [" none", " (none)", " (None)", " None."])
-def test_a_field_that_offers_none_as_a_value_reads_none_as_empty_rather_than_as_a_copied_template(raw):
+def test_a_field_that_offers_none_as_a_value_reads_none_as_none_rather_than_as_a_copied_template(raw):
     from ragscale.signatures import Decompose
 
-    assert coerce_field(Decompose, "follow_up", raw) == ""
+    assert coerce_field(Decompose, "follow_up", raw) == "none"  # a trace of the step, and so its demo, says none
     assert coerce_field(Decompose, "follow_up", " Who wrote it?") == "Who wrote it?"
