@@ -199,7 +199,7 @@ def real_swept(tmp_path_factory, shared_datasets):
 
 
 @pytest.mark.slow
-def test_on_a_real_small_run_estimates_are_a_floor_or_a_bound_until_calibrated_then_close_to_the_counted_tokens(real_swept):
+def test_on_a_real_small_run_estimates_are_a_floor_or_a_bound_until_calibrated_then_near_the_count(real_swept):
     for method in ("rag", "drag", "iterdrag"):
         first, second = [r for r in real_swept.rows if r["method"] == method]
         if method == "iterdrag":
