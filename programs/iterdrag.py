@@ -41,6 +41,12 @@ def follow_up_of(text: str) -> str:
     return re.sub(r"^Q:\s*", "", question)
 
 
+def is_question(text: str) -> bool:
+    """Whether a follow-up is written as a question: it ends in "?", or it is MuSiQue's "entity >> relation"."""
+    text = str(text).strip()
+    return text.endswith("?") or re.fullmatch(r"[^>]+\s>>\s[^>]+", text) is not None
+
+
 def no_follow_up(text: str) -> bool:
     """Whether a decomposition step's text says that no follow-up is needed (empty, or "none" and the like)."""
     return not text.strip() or NO_FOLLOW_UP.fullmatch(text.strip(" .!\"'`*")) is not None
@@ -65,14 +71,15 @@ class IterDRAG(dspy.Module):
     @staticmethod
     def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
         """Follow-ups asked, the question counted as having >= 1 (a 0-1 rate), follow-ups with an answer, and
-        follow-ups written as a question (ending in "?"): a small model sometimes writes a statement or an answer
-        where the step asks for a question, and the loop takes it as the follow-up all the same."""
+        follow-ups written as a question (ending in "?", or in MuSiQue's "entity >> relation" form of a sub-question
+        that labelled demonstrations show): a small model often writes a statement or an answer where the step asks
+        for a question, and the loop takes it as the follow-up all the same."""
         asked = prediction.sub_questions
         return {
             "follow_ups": len(asked),
             "questions_with_follow_up": float(len(asked) > 0),
             "answered_follow_ups": answered(prediction.intermediate_answers),
-            "follow_ups_as_questions": sum(str(q).rstrip().endswith("?") for q in asked),
+            "follow_ups_as_questions": sum(is_question(q) for q in asked),
         }
 
     def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:

@@ -188,8 +188,10 @@ def test_iterdrag_reports_its_follow_ups_those_written_as_questions_and_demonstr
         "answered_follow_ups": 1,
         "follow_ups_as_questions": 1,
     }
-    stated = dspy.Prediction(answer="x", sub_questions=["Tolkien wrote it."], intermediate_answers=["Tolkien"])
-    assert program.behaviour(QUESTION, stated)["follow_ups_as_questions"] == 0
+    stated = dspy.Prediction(
+        answer="x", sub_questions=["Tolkien wrote it.", "The Hobbit >> author", "1937"], intermediate_answers=["T"]
+    )
+    assert program.behaviour(QUESTION, stated)["follow_ups_as_questions"] == 1  # MuSiQue's form is a question
     skipped = dspy.Prediction(answer="x", sub_questions=[], intermediate_answers=[])
     assert program.behaviour(QUESTION, skipped)["questions_with_follow_up"] == 0.0
     bridge, single = (dspy.Example(question=QUESTION, type=kind) for kind in ("bridge", "single-hop (NQ-open)"))
