@@ -41,12 +41,12 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
     Every example offers (question, documents, follow_ups, answer): the first gold answer, documents retrieved
     for the question, and follow-ups from its decomposition if any, else none -- demonstrations for Answer,
     AnswerClosedBook and Synthesize. An example with a decomposition (MuSiQue's ``question_decomposition``;
-    "#1" in a step is replaced by step 1's answer) also offers, per step, a Decompose demonstration (the question's
-    documents and the follow-ups so far -> that step's question), an AnswerSub one (documents retrieved for the
-    step -> its answer), and a last Decompose one saying no follow-up is needed ("none", ``NO_FOLLOW_UP``).
-    Without a decomposition IterDRAG's decompose and answer_sub get no labeled demonstrations: only its final
-    synthesize does. A relevance-labelled passage (``ragscale.optimizers.graders.grade_examples``: question,
-    document, grade) offers itself, a Grade demo.
+    "#1" in a step is replaced by step 1's answer) also offers, per step, a Decompose demonstration (follow-ups
+    so far -> that step's question), an AnswerSub one (documents retrieved for the step -> its answer), and a
+    last Decompose one saying no follow-up is needed ("none", ``NO_FOLLOW_UP``). Without a decomposition
+    IterDRAG's decompose and answer_sub get no labeled demonstrations: only its final synthesize does. A
+    relevance-labelled passage (``ragscale.optimizers.graders.grade_examples``: question, document, grade) offers
+    itself, a Grade demo.
     """
     if "grade" in example:
         return [dict(question=example.question, document=example.document, grade=example.grade)]
@@ -61,21 +61,11 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
     offered = [
         dict(question=example.question, documents=documents(example.question), follow_ups=follow_ups, answer=answer)
     ]
-    question_documents = offered[0]["documents"]
     for index, (sub_question, sub_answer) in enumerate(steps):
-        offered.append(
-            dict(
-                documents=question_documents,
-                question=example.question,
-                follow_ups=follow_ups[:index],
-                follow_up=sub_question,
-            )
-        )
+        offered.append(dict(question=example.question, follow_ups=follow_ups[:index], follow_up=sub_question))
         offered.append(dict(sub_question=sub_question, documents=documents(sub_question), answer=sub_answer))
     if steps:
-        offered.append(
-            dict(documents=question_documents, question=example.question, follow_ups=follow_ups, follow_up=NO_FOLLOW_UP)
-        )
+        offered.append(dict(question=example.question, follow_ups=follow_ups, follow_up=NO_FOLLOW_UP))
     return [{name: value for name, value in fields.items() if value is not None} for fields in offered]
 
 

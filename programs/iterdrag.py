@@ -9,12 +9,13 @@ Demonstrations carry their documents as in DRAG. In DSPy the three kinds of gene
 ``self.synthesize`` (Synthesize over every gathered document, deduplicated, ordered by the best rank each reached,
 most relevant last).
 
-As in the paper, where the model writes its sub-queries with the documents retrieved for the question in its
-context, each decomposition step reads those documents (the same ones every step, so the growing prompt keeps
-its prefix). As in the paper's self-ask form, a decomposition step writes the next follow-up question first, and writing
-"none" is how the model says the follow-ups answered so far are enough: asking is the path the model takes, not a
-yes/no gate it must pass before any sub-question exists. The loop also ends on a follow-up already asked (or the
-question itself) and on an unreadable decomposition; the prediction's ``stop`` says why it ended.
+The decomposition step does not read the documents: the paper's model has them in its context when it writes a
+sub-query, but given them Qwen2.5-Coder-0.5B writes statements and answers in place of follow-up questions
+(``docs/methods.md``). As in the paper's self-ask form, a decomposition step writes the next follow-up question
+first, and writing "none" is how the model says the follow-ups answered so far are enough: asking is the path the
+model takes, not a yes/no gate it must pass before any sub-question exists. The loop also ends on a follow-up
+already asked (or the question itself) and on an unreadable decomposition; the prediction's ``stop`` says why it
+ended.
 """
 
 import logging
@@ -66,7 +67,7 @@ class IterDRAG(dspy.Module):
 
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
-        return {"decompose": self.k, "answer_sub": self.k, "synthesize": self.k * (self.max_iterations + 1)}
+        return {"answer_sub": self.k, "synthesize": self.k * (self.max_iterations + 1)}
 
     @staticmethod
     def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
@@ -89,11 +90,10 @@ class IterDRAG(dspy.Module):
 
     def forward(self, question: str) -> dspy.Prediction:
         rankings = [self.retriever(question, self.k)]
-        question_documents = [format_passage(p) for p in most_relevant_last(rankings[0])]
         follow_ups, sub_questions, intermediate_answers, stop = [], [], [], "max_iterations"
         for _ in range(self.max_iterations):
             try:
-                step = self.decompose(documents=question_documents, question=question, follow_ups=list(follow_ups))
+                step = self.decompose(question=question, follow_ups=list(follow_ups))
             except AdapterParseError as error:  # no readable follow-up: answer with what was gathered
                 logger.warning("IterDRAG: unreadable decomposition, answering now: %s", error)
                 stop = "unreadable_follow_up"

@@ -27,7 +27,6 @@ class Decompose(dspy.Signature):
     questions already answered, write the next follow-up question: one simple question about one fact that is
     still missing. When the answered follow-ups already give the answer, write: none."""
 
-    documents: list[str] = dspy.InputField(desc="passages retrieved for the question, the most relevant last")
     question: str = dspy.InputField()
     follow_ups: list[str] = dspy.InputField(desc="follow-up questions answered so far, each with its answer")
     follow_up: str = dspy.OutputField(desc="the next follow-up question, or none")

@@ -210,11 +210,3 @@ def test_a_follow_up_that_copies_the_q_a_framing_is_read_as_its_question_and_a_c
     lm = DummyLM([{"follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, echo, {"answer": "Tolkien"}])
     pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3), lm)
     assert (pred.sub_questions, pred.stop) == (["Who wrote it first?"], "repeated_follow_up")
-
-
-def test_each_iterdrag_decomposition_reads_the_documents_retrieved_for_the_question():
-    lm = DummyLM([{"follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, {"follow_up": "none"}, {"answer": "x"}])
-    run(IterDRAG(TableRetriever([passage("A")]), k=1), lm)
-    decompositions = [call for call in lm.history if "[[ ## follow_up ## ]]" in str(call["messages"][0]["content"])]
-    assert len(decompositions) == 2
-    assert all(format_passage(passage("A")) in str(call["messages"]) for call in decompositions)
