@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
             load_s = time.perf_counter() - start
             start = time.perf_counter()
             if load == "converted":
-                shutil.rmtree(gguf_metadata.converted_dir(path))  # convert again, alone, to time the step
-            gguf_metadata.gguf_metadata(path)
+                shutil.rmtree(gguf_metadata.converted_dir(path, Path(cache)))  # convert again, alone, to time the step
+            gguf_metadata.gguf_metadata(path, Path(cache))
             rows.append({"load": load, "metadata_s": round(time.perf_counter() - start, 2), "load_s": round(load_s, 2)})
     print(f"\n{args.lm}\n\n| tokenizer and config | metadata s | whole load s |\n|---|--:|--:|")
     for row in rows:

@@ -5,7 +5,7 @@ element by element, the whole vocabulary included, and the tokenizer and the con
 per load for SmolLM2's 49k-token vocabulary, more for Qwen's 151k, in every process that loads the model.
 :func:`gguf_metadata` converts them once and keeps what transformers made -- the tokenizer as ``save_pretrained``
 writes it (``tokenizer.json`` and its configs) and the config fields as ``config_fields.json`` -- in a folder
-under ``<cache_dir>/converted`` named for the file (its path, size and modification time) and the transformers
+under ``<model cache>/converted`` named for the file (its path, size and modification time) and the transformers
 version; later loads read that folder. Only JSON (and the chat template's text) is read back: nothing in the
 folder runs code. A folder is written whole under a temporary name and renamed into place, so a load never sees a
 half-written one, and two processes converting at once both end with a complete folder.
@@ -27,24 +27,24 @@ logger = logging.getLogger(__name__)
 CONFIG_FIELDS = "config_fields.json"
 
 
-def converted_dir(path: Path) -> Path:
-    """The folder that holds (or will hold) the converted metadata of the GGUF file ``path``."""
+def converted_dir(path: Path, cache: Path) -> Path:
+    """The folder under the model cache ``cache`` that holds (or will hold) the converted metadata of the GGUF file
+    ``path``."""
     import transformers
-
-    from ragscale.programs.lm.models import cache_dir
 
     stat = path.stat()
     where = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     key = f"{path.stem}-{where}-{stat.st_size}-{stat.st_mtime_ns}-transformers{transformers.__version__}"
-    return cache_dir() / "converted" / key
+    return cache / "converted" / key
 
 
-def gguf_metadata(path: Path) -> tuple[Any, dict[str, Any]]:
-    """(tokenizer, config fields) of the GGUF file ``path``, as transformers converts them from its metadata: the
-    config fields are what ``load_gguf_checkpoint`` reads (``gguf_loader.load_gguf`` builds the model from them)."""
+def gguf_metadata(path: Path, cache: Path) -> tuple[Any, dict[str, Any]]:
+    """(tokenizer, config fields) of the GGUF file ``path``, as transformers converts them from its metadata, kept
+    under the model cache ``cache`` (``models.cache_dir()``): the config fields are what ``load_gguf_checkpoint``
+    reads (``gguf_loader.load_gguf`` builds the model from them)."""
     from transformers import AutoTokenizer
 
-    folder = converted_dir(path)
+    folder = converted_dir(path, cache)
     if (folder / CONFIG_FIELDS).is_file():
         fields = json.loads((folder / CONFIG_FIELDS).read_text(encoding="utf-8"))
         return AutoTokenizer.from_pretrained(str(folder)), fields

@@ -206,7 +206,7 @@ def load_model(
         from ragscale.programs.lm.gguf_loader import load_gguf
         from ragscale.programs.lm.gguf_metadata import gguf_metadata
 
-        tokenizer, config_fields = gguf_metadata(path)  # converted once, then read back as JSON
+        tokenizer, config_fields = gguf_metadata(path, cache_dir())  # converted once, then read back as JSON
         model = load_gguf(path, torch_dtype, config_fields)  # one tensor at a time: from_pretrained holds it twice
     else:
         tokenizer = AutoTokenizer.from_pretrained(str(path))

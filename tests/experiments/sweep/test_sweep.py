@@ -205,8 +205,12 @@ def test_on_a_real_small_run_estimates_are_a_floor_or_a_bound_until_calibrated_t
         if method == "iterdrag":
             # Every iteration taken (n = 1: decompose, answer_sub, synthesize), before retries, which add to it as to
             # a single-step method's; its tokens stand in for follow-ups not written yet (the question, numbered).
+            # How far under the bound the run stays is SmolLM2's to say (it often writes "none" at once).
             assert first["estimate_basis"] == "bound" and first["estimated_calls"] == 3
-            assert error(first) <= 0.25, (first["estimated_tokens"], first[EFFECTIVE_CONTEXT])
+            assert first["estimated_tokens"] >= first[EFFECTIVE_CONTEXT], (
+                first["estimated_tokens"],
+                first[EFFECTIVE_CONTEXT],
+            )
         else:
             assert first["estimate_basis"] == "counted" and first["estimated_tokens"] <= first[EFFECTIVE_CONTEXT] + 0.1
         assert second["estimate_basis"] == "calibrated (1 run)"

@@ -75,20 +75,19 @@ def test_a_gguf_loads_one_tensor_at_a_time_into_the_model_from_pretrained_loads(
     assert streamed.generation_config.eos_token_id == reference.generation_config.eos_token_id
 
 
-def test_a_gguf_tokenizer_and_config_are_converted_once_then_read_back_as_json(tmp_path, monkeypatch):
+def test_a_gguf_tokenizer_and_config_are_converted_once_then_read_back_as_json(tmp_path):
     from transformers import AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     from ragscale.programs.lm.gguf_metadata import converted_dir, gguf_metadata
 
-    monkeypatch.setenv("RAGSCALE_CACHE", str(tmp_path))
     path = resolve("smollm2-135m")
-    converted, fields = gguf_metadata(path)
-    folder = converted_dir(path)
+    converted, fields = gguf_metadata(path, tmp_path)
+    folder = converted_dir(path, tmp_path)
     assert folder.parent == tmp_path / "converted" and (folder / "tokenizer.json").is_file()
     assert {f.suffix for f in folder.iterdir()} <= {".json", ".jinja", ".txt"}  # no pickle, nothing that runs
     assert [f.name for f in folder.parent.iterdir()] == [folder.name]  # no scratch folder left beside it
-    read_back, fields_read_back = gguf_metadata(path)
+    read_back, fields_read_back = gguf_metadata(path, tmp_path)
     reference = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     assert fields == fields_read_back == load_gguf_checkpoint(str(path))["config"]
     text = "Paris, 1889: naïve 東京 [[ ## answer ## ]]\n\n  two spaces"
