@@ -61,6 +61,7 @@ from ragscale.programs.lm.coerce import (
     FieldParseError,
     choices_of,
     coerce_field,
+    description,
     is_list,
     unwrap_optional,
 )
@@ -310,8 +311,7 @@ class FieldAdapter(dspy.Adapter):
             return True
         if annotation is not str:
             return False
-        desc = (field.json_schema_extra or {}).get("desc", "") or ""
-        words = f"{name} {desc}".lower()
+        words = f"{name} {description(field)}".lower()
         return any(hint in words for hint in LONG_TEXT_HINTS)
 
     def max_tokens_for(self, field) -> int:
@@ -439,7 +439,7 @@ class FieldAdapter(dspy.Adapter):
 
 
 def _describe(name: str, field, output: bool = False) -> str:
-    desc = (field.json_schema_extra or {}).get("desc", "") or ""
+    desc = description(field)
     if desc.startswith("${"):  # DSPy's placeholder description, e.g. ChainOfThought's "${reasoning}"
         desc = ""
     annotation = unwrap_optional(field.annotation)

@@ -206,7 +206,7 @@ def _template_junk(signature: type[Signature], text: str) -> str | None:
     if re.fullmatch(r"\(.*\)", value):  # "(yes)", "(no)": a type hint such as "(yes or no)" copied
         return text
     for name, field in signature.fields.items():
-        desc = _norm((field.json_schema_extra or {}).get("desc", "") or "")
+        desc = _norm(description(field))
         if len(desc) >= 8 and (value.startswith(desc) or (len(value) >= 8 and desc.startswith(value))):
             return desc
         if re.search(rf"\bthen {re.escape(name)}\b", text):
@@ -226,15 +226,18 @@ def _may_be_empty(field) -> bool:
     """A str field may be empty when declared optional or when its description says it may be empty."""
     if not field.is_required() or _allows_none(field.annotation):
         return True
-    desc = (field.json_schema_extra or {}).get("desc", "") or ""
-    return "empty" in desc.lower()
+    return "empty" in description(field).lower()
 
 
 def _offers_none(field) -> bool:
     """Whether a str field's description offers "none" as its value (IterDRAG's follow-up: "the next follow-up
     question, or none")."""
-    desc = (field.json_schema_extra or {}).get("desc", "") or ""
-    return re.search(r"\bor none\b", desc.lower()) is not None
+    return re.search(r"\bor none\b", description(field).lower()) is not None
+
+
+def description(field) -> str:
+    """A DSPy field's ``desc`` (what the prompt shows beside its name), or ""."""
+    return (field.json_schema_extra or {}).get("desc", "") or ""
 
 
 def _allows_none(annotation) -> bool:
