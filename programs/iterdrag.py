@@ -84,9 +84,14 @@ class IterDRAG(dspy.Module):
         }
 
     def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
-        """A trace shows IterDRAG's step when a multi-hop question got at least one follow-up with its answer (the
-        paper never uses a demonstration without sub-queries); a single-hop question may go without."""
-        return not is_multi_hop(example) or self.behaviour(example.question, prediction)["answered_follow_ups"] > 0
+        """A trace shows IterDRAG's step when a multi-hop question got at least one follow-up with its answer, and
+        every follow-up is written as a question: the paper never uses a demonstration without sub-queries, and a
+        demonstration whose "follow-up" is a statement or a guessed answer teaches the student to write that in
+        place of a sub-query. A single-hop question may go without."""
+        if not is_multi_hop(example):
+            return True
+        shown = self.behaviour(example.question, prediction)
+        return shown["answered_follow_ups"] > 0 and shown["follow_ups_as_questions"] == shown["follow_ups"]
 
     def forward(self, question: str) -> dspy.Prediction:
         rankings = [self.retriever(question, self.k)]

@@ -196,6 +196,7 @@ def test_iterdrag_reports_its_follow_ups_those_written_as_questions_and_demonstr
     assert program.behaviour(QUESTION, skipped)["questions_with_follow_up"] == 0.0
     bridge, single = (dspy.Example(question=QUESTION, type=kind) for kind in ("bridge", "single-hop (NQ-open)"))
     assert program.demonstrates(bridge, pred) and not program.demonstrates(bridge, skipped)
+    assert not program.demonstrates(bridge, stated)  # a statement in place of a sub-query is not taught
     assert program.demonstrates(single, skipped)
 
 
