@@ -7,8 +7,11 @@
   documents the program's own retriever finds for each demonstration's question (Yue et al. 2024, DRAG).
 - ``bootstrap``: ``dspy.BootstrapFewShot`` (``ThreadedBootstrapFewShot`` in ``bootstrap.py``: the teacher runs
   on ``threads`` training examples at a time); demonstrations are the program's own traces that pass the metric,
-  so they hold the documents retrieved during the trace. As DSPy's ``max_labeled_demos`` does with raw
-  examples, predictors left short of ``max_demos`` are topped up with labeled demonstrations (with documents).
+  so they hold the documents retrieved during the trace. As DSPy's ``max_labeled_demos`` does with raw examples,
+  the teacher first gets labeled demonstrations (``labeled``, with documents and, where the data has them, gold
+  decompositions: the form it then writes its steps in) of the first ``max_demos`` shuffled training examples,
+  and runs on the others (a training set no larger than ``max_demos`` is all run on, with no labeled demos shown);
+  predictors left short of ``max_demos`` are topped up with labeled demonstrations.
 - ``random-search``: ``dspy.BootstrapFewShotWithRandomSearch`` over ``num_candidates`` bootstrapped sets.
 - ``mipro``: ``dspy.MIPROv2(auto="light")``: instructions and bootstrapped demonstrations searched together
   (needs ``optuna``).
@@ -87,6 +90,9 @@ def _bootstrap(
     **_: Any,
 ) -> dspy.Module:
     trainset = random.Random(seed).sample(trainset, len(trainset))
+    shown = trainset[:max_demos] if len(trainset) > max_demos else []  # shown to the teacher, not run on
+    attempted = trainset[len(shown) :]
+    teacher = _labeled(program, shown, max_demos=max_demos, max_docs_per_demo=max_docs_per_demo, seed=seed)
     teleprompter = ThreadedBootstrapFewShot(
         metric=metric,
         max_bootstrapped_demos=max_demos,
@@ -94,7 +100,7 @@ def _bootstrap(
         teacher_settings=teacher_settings,
         threads=threads,
     )
-    compiled = teleprompter.compile(program, trainset=trainset[:max_attempts])
+    compiled = teleprompter.compile(program, teacher=teacher, trainset=attempted[:max_attempts])
     shown = {demo.get("question") for predictor in compiled.predictors() for demo in predictor.demos}
     rest = [example for example in trainset if example.question not in shown]
     labeled = _labeled(program, rest, max_demos=max_demos, max_docs_per_demo=max_docs_per_demo, seed=seed)

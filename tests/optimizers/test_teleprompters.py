@@ -98,13 +98,30 @@ def test_bootstrap_with_threads_keeps_the_traces_the_sequential_loop_keeps():
     import random
 
     shuffled = random.Random(0).sample(examples(8), 8)  # as the bootstrap optimizer orders them (seed 0)
+    teacher = LabeledWithDocuments(k=2).compile(RAG(FixedRetriever(), k=1), trainset=shuffled[:2])  # shown to it
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         dspy_loop = dspy.BootstrapFewShot(metric=em_metric, max_bootstrapped_demos=2, max_labeled_demos=0).compile(
-            RAG(FixedRetriever(), k=1), trainset=shuffled
+            RAG(FixedRetriever(), k=1), teacher=teacher, trainset=shuffled[2:]
         )
     sequential = [d.question for d in dspy_loop.answer.demos]
     assert len(sequential) == 2 and {q.split()[-1].rstrip("?") for q in sequential} <= {"1", "4", "6"}
     assert demo_questions(1) == demo_questions(3) == demo_questions(4) == sequential
+
+
+def test_the_bootstrap_teacher_is_shown_labeled_demonstrations_of_examples_it_is_not_run_on():
+    import random
+
+    lm = answering(right=True)
+    compiled = compile_program(
+        RAG(FixedRetriever(), k=1), examples(), optimizer="bootstrap", metric=em_metric, max_demos=2, lm=lm,
+        adapter=dspy.ChatAdapter(),
+    )  # fmt: skip
+    shown = [ex.question for ex in random.Random(0).sample(examples(), 5)[:2]]  # the first max_demos, shuffled
+    for call in lm.history:
+        earlier, asked = call["messages"][:-1], call["messages"][-1]["content"]
+        assert all(q in " ".join(m["content"] for m in earlier) for q in shown)
+        assert not any(q in asked for q in shown)
+    assert {d.question for d in compiled.answer.demos if d.get("augmented")}.isdisjoint(shown)
 
 
 def test_bootstrap_compiles_iterdrag():
