@@ -9,7 +9,9 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
 - The prompt is the tokenizer's chat template. If the last message is an assistant message, the template is
   rendered for the earlier messages with the generation prompt and the assistant text is appended verbatim: the
   model continues it (the turn is not closed).
-- Greedy unless ``temperature > 0``; ``max_tokens`` and stop strings are honoured (text is cut before the stop
+- Greedy unless ``temperature > 0``; a sampled request with a ``seed`` draws from its own generator seeded with
+  it, so its reply depends on its prompt and seed only, not on the requests batched beside it. ``max_tokens``
+  and stop strings are honoured (text is cut before the stop
   string). Stops are checked by decoding the last few tokens only. A continued assistant turn cannot end before
   its first non-blank token, by end-of-turn or by a stop string, and the blank tokens before it are dropped:
   the caller wrote the start of the reply (an adapter's field header), so it asks for text. Small models
@@ -73,6 +75,7 @@ class _Job:
     temperature: float
     top_p: float | None
     stops: tuple[str, ...]
+    generator: Any = None  # a sampled request's own torch.Generator, seeded with its seed
     options: list[list[int]] | None = None  # constrained choice: prompt + option token ids, one list per option
     option_starts: list[int] | None = None  # where each option's own tokens begin
     scores: list[float] | None = None  # constrained choice: each option's log-likelihood
@@ -232,6 +235,10 @@ class TorchEngine:
                     f"of {self.context_window} tokens"
                 )
             job = _Job(ids, max_new, float(config.temperature or 0.0), config.top_p, tuple(config.stop or ()))
+            if job.temperature > 0 and config.seed is not None:
+                import torch
+
+                job.generator = torch.Generator(device=self.model.device).manual_seed(int(config.seed))
             job.wants_text = bool(request.messages) and request.messages[-1].role == "assistant"
             if choices:
                 job.options = options
@@ -440,7 +447,7 @@ class TorchEngine:
                     sorted_p, order = probs.sort(descending=True)
                     keep = sorted_p.cumsum(-1) - sorted_p < job.top_p
                     probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
-                picked[i] = torch.multinomial(probs, 1)[0]
+                picked[i] = torch.multinomial(probs, 1, generator=job.generator)[0]
         return picked.tolist()
 
     def _stopped(self, job: _Job) -> bool:

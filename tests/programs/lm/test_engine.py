@@ -357,3 +357,18 @@ def test_eight_threads_with_shared_and_distinct_prefixes_get_their_sequential_an
     shared.close()
     assert parallel == sequential
     assert shared.computed_tokens < shared.prompt_tokens  # the demonstrations were computed once, not four times
+
+
+def test_a_sampled_reply_with_a_seed_depends_on_its_prompt_and_seed_only(lm):
+    poem = ask("Write one line of a poem about the sea.")
+
+    def sample(seed: int) -> list[str]:
+        return lm(messages=poem, max_tokens=12, temperature=1.0, seed=seed, rollout_id=seed)
+
+    alone = [sample(seed) for seed in range(4)]
+    with ThreadPoolExecutor(8) as pool:  # batched beside each other and beside greedy calls
+        greedy = [pool.submit(lm, messages=ask(city_question(i)), max_tokens=10) for i in range(4)]
+        batched = [pool.submit(sample, seed) for seed in range(4)]
+        [call.result() for call in greedy]
+    assert [call.result() for call in batched] == alone
+    assert len({tuple(text) for text in alone}) > 1  # the seeds draw different lines
