@@ -50,7 +50,7 @@ CELLS = (
 """(method or oracle row, optimizer), in the order they run."""
 
 BEHAVIOUR_SHOWN = {
-    "iterdrag": ("questions_with_follow_up", "follow_ups", "follow_ups_as_questions"),
+    "iterdrag": ("questions_with_follow_up", "follow_ups", "follow_ups_as_questions", "redrawn_follow_ups"),
     "self-rag": ("retrieval_rate", "relevant_passage_rate", "supported_fully_rate"),
     "crag": ("corrective_rate", "graded_relevant", "graded_ambiguous"),
 }

@@ -13,9 +13,14 @@ The decomposition step does not read the documents: the paper's model has them i
 sub-query, but given them Qwen2.5-Coder-0.5B writes statements and answers in place of follow-up questions
 (``docs/methods.md``). As in the paper's self-ask form, a decomposition step writes the next follow-up question
 first, and writing "none" is how the model says the follow-ups answered so far are enough: asking is the path the
-model takes, not a yes/no gate it must pass before any sub-question exists. The loop also ends on a follow-up
-already asked (or the question itself) and on an unreadable decomposition; the prediction's ``stop`` says why it
-ended.
+model takes, not a yes/no gate it must pass before any sub-question exists.
+
+A small model's greedy "follow-up" is often the question itself, restated. Such a follow-up, or one already
+asked, is drawn again, up to ``resample`` times, each a new rollout at temperature 1.0 with its own seed, as
+DSPy's BestOfN draws until its reward holds (here: a follow-up not asked yet); only the kept call enters the
+trace, so a bootstrapped demonstration never shows a restated question. The loop ends on "none", on a follow-up
+still repeated after the draws, on an unreadable decomposition, or after ``max_iterations``; the prediction's
+``stop`` says why, and ``redrawn`` counts the draws.
 """
 
 import logging
@@ -58,9 +63,9 @@ class IterDRAG(dspy.Module):
 
     demo_documents = True
 
-    def __init__(self, retriever, k: int = 3, max_iterations: int = 3):
+    def __init__(self, retriever, k: int = 3, max_iterations: int = 3, resample: int = 3):
         super().__init__()
-        self.retriever, self.k, self.max_iterations = retriever, k, max_iterations
+        self.retriever, self.k, self.max_iterations, self.resample = retriever, k, max_iterations, resample
         self.decompose = dspy.Predict(Decompose)
         self.answer_sub = dspy.Predict(AnswerSub)
         self.synthesize = dspy.Predict(Synthesize)
@@ -81,6 +86,7 @@ class IterDRAG(dspy.Module):
             "questions_with_follow_up": float(len(asked) > 0),
             "answered_follow_ups": answered(prediction.intermediate_answers),
             "follow_ups_as_questions": sum(is_question(q) for q in asked),
+            "redrawn_follow_ups": prediction.get("redrawn", 0),
         }
 
     def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
@@ -93,21 +99,38 @@ class IterDRAG(dspy.Module):
         shown = self.behaviour(example.question, prediction)
         return shown["answered_follow_ups"] > 0 and shown["follow_ups_as_questions"] == shown["follow_ups"]
 
+    def next_follow_up(self, question: str, follow_ups: list[str], asked: set[str]) -> tuple[str, int]:
+        """The follow-up the decomposition writes next, and how many times it was drawn again: greedily first,
+        then, while it is one of ``asked`` (normalised questions), a new rollout at temperature 1.0 seeded with
+        its number, up to ``resample`` times. Only the kept call is added to DSPy's trace."""
+        lm, outer = dspy.settings.lm, dspy.settings.trace
+        for attempt in range(self.resample + 1):
+            drawn = {"lm": lm.copy(rollout_id=attempt, temperature=1.0, seed=attempt)} if attempt else {}
+            with dspy.context(trace=[], **drawn):
+                written = follow_up_of(self.decompose(question=question, follow_ups=list(follow_ups)).follow_up or "")
+                calls = list(dspy.settings.trace)
+            if no_follow_up(written) or same_question(written) not in asked:
+                break
+        if outer is not None:
+            outer.extend(calls)
+        return written, attempt
+
     def forward(self, question: str) -> dspy.Prediction:
         rankings = [self.retriever(question, self.k)]
-        follow_ups, sub_questions, intermediate_answers, stop = [], [], [], "max_iterations"
+        follow_ups, sub_questions, intermediate_answers, stop, redrawn = [], [], [], "max_iterations", 0
         for _ in range(self.max_iterations):
+            asked = {same_question(q) for q in [question, *sub_questions]}
             try:
-                step = self.decompose(question=question, follow_ups=list(follow_ups))
+                sub_question, draws = self.next_follow_up(question, follow_ups, asked)
             except AdapterParseError as error:  # no readable follow-up: answer with what was gathered
                 logger.warning("IterDRAG: unreadable decomposition, answering now: %s", error)
                 stop = "unreadable_follow_up"
                 break
-            sub_question = follow_up_of(step.follow_up or "")
+            redrawn += draws
             if no_follow_up(sub_question):
                 stop = "no_follow_up"
                 break
-            if same_question(sub_question) in {same_question(q) for q in [question, *sub_questions]}:
+            if same_question(sub_question) in asked:
                 stop = "repeated_follow_up"
                 break
             rankings.append(self.retriever(sub_question, self.k))
@@ -125,4 +148,5 @@ class IterDRAG(dspy.Module):
             sub_questions=sub_questions,
             intermediate_answers=intermediate_answers,
             stop=stop,
+            redrawn=redrawn,
         )

@@ -107,7 +107,7 @@ def test_iterdrag_stops_when_the_model_repeats_a_follow_up():
             {"answer": "Tolkien"},
         ]
     )
-    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=5), lm)
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=5, resample=0), lm)
     assert pred.sub_questions == ["Who wrote it first?"]
     assert pred.answer == "Tolkien"
     assert pred.stop == "repeated_follow_up"
@@ -187,6 +187,7 @@ def test_iterdrag_reports_its_follow_ups_those_written_as_questions_and_demonstr
         "questions_with_follow_up": 1.0,
         "answered_follow_ups": 1,
         "follow_ups_as_questions": 1,
+        "redrawn_follow_ups": 0,
     }
     stated = dspy.Prediction(
         answer="x", sub_questions=["Tolkien wrote it.", "The Hobbit >> author", "1937"], intermediate_answers=["T"]
@@ -209,5 +210,24 @@ def test_a_follow_up_that_copies_the_q_a_framing_is_read_as_its_question_and_a_c
     assert follow_up_of("Q: Who wrote it? A: Tolkien") == "Who wrote it?"
     echo = {"follow_up": "Q: Who wrote it first? A: x"}
     lm = DummyLM([{"follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, echo, {"answer": "Tolkien"}])
-    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3), lm)
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3, resample=0), lm)
     assert (pred.sub_questions, pred.stop) == (["Who wrote it first?"], "repeated_follow_up")
+
+
+def test_a_follow_up_that_restates_the_question_is_drawn_again_and_only_the_kept_draw_is_traced():
+    restated, asked = {"follow_up": QUESTION}, {"follow_up": "Who wrote The Hobbit?"}
+    lm = DummyLM([restated, restated, asked, {"answer": "Tolkien"}, {"follow_up": "none"}, {"answer": "Tolkien"}])
+    draws, copy_lm = [], lm.copy
+    lm.copy = lambda **kwargs: draws.append(kwargs) or copy_lm(**kwargs)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(), trace=[]):
+        pred = IterDRAG(TableRetriever([passage("A")]), k=1)(question=QUESTION)
+        traced = [outputs.get("follow_up") for _, _, outputs in dspy.settings.trace]
+    assert (pred.sub_questions, pred.redrawn, pred.stop) == (["Who wrote The Hobbit?"], 2, "no_follow_up")
+    assert traced == ["Who wrote The Hobbit?", None, "none", None]  # the restatements are not demonstrations
+    assert draws == [dict(rollout_id=n, temperature=1.0, seed=n) for n in (1, 2)]  # the first call was greedy
+
+
+def test_restated_follow_ups_end_the_loop_once_the_draws_are_spent():
+    lm = DummyLM([{"follow_up": QUESTION}] * 3 + [{"answer": "Tolkien"}])
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, resample=2), lm)
+    assert (pred.sub_questions, pred.redrawn, pred.stop, pred.answer) == ([], 2, "repeated_follow_up", "Tolkien")
