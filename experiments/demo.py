@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.experiments.compare import compare_runs, format_table, load_runs
     from ragscale.experiments.config import RunConfig
     from ragscale.experiments.runner import load_lm_for, run_experiment
+    from ragscale.experiments.tracking import is_local, tracking_uri
 
     start = time.perf_counter()
     configs = [
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(format_table(compare_runs(runs, baseline=baseline, latest_only=False)))
     print(f"\n{len(summaries)} runs, {args.limit} HotpotQA dev questions each, {args.lm}: {wall / 60:.1f} min in all")
-    print(f"MLflow: mlflow ui --backend-store-uri sqlite:///{args.runs_dir.resolve() / 'mlflow.db'}")
+    uri = tracking_uri(args.runs_dir)
+    print(f"MLflow: mlflow ui --backend-store-uri {uri}" if is_local(args.runs_dir) else f"MLflow: {uri}")
     return 0
 
 

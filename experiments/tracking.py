@@ -1,10 +1,12 @@
-"""MLflow tracking of runs: a sqlite store and local artifacts under the runs directory.
+"""MLflow tracking of runs: a sqlite store under the runs directory, or the tracking server MLflow is told of.
 
-Everything goes through an explicit `MlflowClient` (no global tracking URI, no active-run state), so a sweep can
-open child runs from worker code and tests can point at `tmp_path`. The store is
-`sqlite:///<absolute runs_dir>/mlflow.db`; the experiment is created with its artifact location under
-`<runs_dir>/artifacts` (MLflow's defaults would land both in the current directory). MLflow is imported inside
-the functions: importing this module is cheap.
+Everything goes through an explicit `MlflowClient` (no active-run state), so a sweep can open child runs from
+worker code and tests can point at `tmp_path`. The store is MLflow's own ``MLFLOW_TRACKING_URI`` when it is set
+(a tracking server, ``http://host:5000``, or any store URI MLflow takes; ``--tracking-uri`` sets it for the
+process), else `sqlite:///<absolute runs_dir>/mlflow.db`. In that local store the experiment is created with its
+artifact location under `<runs_dir>/artifacts` (MLflow's defaults would land both in the current directory); a
+server keeps artifacts where it was told to. MLflow is imported inside the functions: importing this module is
+cheap.
 
 Any number of processes may open one store at once: the first opening of a store in a process (creating its
 schema, or migrating it, and the ragscale experiment) holds an exclusive lock on ``<runs_dir>/mlflow.lock``, so
@@ -14,6 +16,7 @@ two runs started together on a new runs directory do not both create the tables.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,36 +31,52 @@ RUN_KIND_TAG = "ragscale.kind"
 log = logging.getLogger(__name__)
 
 
-def tracking_uri(runs_dir: Path) -> str:
+def local_uri(runs_dir: Path) -> str:
+    """The default store: a sqlite file under the runs directory."""
     return f"sqlite:///{Path(runs_dir).resolve() / 'mlflow.db'}"
 
 
-_opened: set[Path] = set()
+def tracking_uri(runs_dir: Path) -> str:
+    """``MLFLOW_TRACKING_URI`` when set, else the sqlite store under ``runs_dir``."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or local_uri(runs_dir)
+
+
+def is_local(runs_dir: Path) -> bool:
+    """Whether runs go to the default sqlite store under ``runs_dir``."""
+    return tracking_uri(runs_dir) == local_uri(runs_dir)
+
+
+_opened: set[tuple[Path, str]] = set()  # (runs directory, store URI) opened in this process
 _opening = threading.Lock()
 
 
 def client(runs_dir: Path):
-    """An `MlflowClient` on the runs directory's sqlite store (the directory is created if needed); the store's
-    first opening in this process creates its schema and the ragscale experiment under the store's file lock."""
+    """An `MlflowClient` on the store of ``tracking_uri(runs_dir)`` (the runs directory is created if needed); the
+    store's first opening in this process creates its schema and the ragscale experiment under the runs
+    directory's file lock."""
     go_offline()  # MLflow reads MLFLOW_DISABLE_TELEMETRY when first imported
     from mlflow.tracking import MlflowClient
 
     runs_dir = Path(runs_dir).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
-    mlflow_client = MlflowClient(tracking_uri=tracking_uri(runs_dir))
+    uri = tracking_uri(runs_dir)
+    mlflow_client = MlflowClient(tracking_uri=uri)
     with _opening:
-        if runs_dir not in _opened:
+        if (runs_dir, uri) not in _opened:
             with exclusive(runs_dir / "mlflow.lock"):
                 experiment_id(mlflow_client, runs_dir)  # creates the schema on first use, then the experiment
-            _opened.add(runs_dir)
+            _opened.add((runs_dir, uri))
     return mlflow_client
 
 
 def experiment_id(mlflow_client, runs_dir: Path, name: str = EXPERIMENT) -> str:
-    """The id of experiment `name`, created with artifacts under `<runs_dir>/artifacts` when it is new."""
+    """The id of experiment `name`, created when it is new: with artifacts under `<runs_dir>/artifacts` in the
+    local store, where a tracking server puts them otherwise."""
     experiment = mlflow_client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
+    if not is_local(runs_dir):
+        return mlflow_client.create_experiment(name)
     artifacts = (Path(runs_dir).resolve() / "artifacts").as_uri()
     return mlflow_client.create_experiment(name, artifact_location=artifacts)
 
@@ -132,7 +151,7 @@ def search_runs(runs_dir: Path, filter_string: str, *, order: str = "ASC", max_r
     """Runs of the ragscale experiment that match ``filter_string`` (MLflow's search syntax), by start time
     (``order`` ASC or DESC); empty when there is no store or no experiment yet."""
     runs_dir = Path(runs_dir).resolve()
-    if not (runs_dir / "mlflow.db").exists():
+    if is_local(runs_dir) and not (runs_dir / "mlflow.db").exists():
         return []
     mlflow_client = client(runs_dir)
     experiment = mlflow_client.get_experiment_by_name(EXPERIMENT)

@@ -1,4 +1,4 @@
-"""Test session set-up: no network, a private DSPy cache, and paths to the shared data."""
+"""Test session set-up: no network, a private DSPy cache, local MLflow stores, and paths to the shared data."""
 
 import os
 import tempfile
@@ -16,6 +16,7 @@ def pytest_configure(config):
     go_offline()
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-dspy-cache-"))
     os.environ.setdefault("RAGSCALE_DATA_DIR", str(SHARED / "datasets"))
+    os.environ.pop("MLFLOW_TRACKING_URI", None)  # tests track into their own runs folders, never a user's server
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,6 +21,9 @@ from ragscale.experiments.cli import documents, runs, sweep
 from ragscale.experiments.config import ConfigError
 
 log = logging.getLogger("ragscale")
+
+TRACKED = ("run", "compare", "sweep", "allocate")
+"""The subcommands that write or read MLflow runs, and so take ``--tracking-uri``."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (runs, documents, sweep):
         group.add_parsers(subparsers)
+    for name in TRACKED:
+        subparsers.choices[name].add_argument(
+            "--tracking-uri",
+            dest="tracking_uri",
+            help="MLflow tracking server or store (default: MLFLOW_TRACKING_URI, else a sqlite store in --runs-dir)",
+        )
     return parser
 
 
@@ -55,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "tracking_uri", None):  # the flag over the environment over the local default
+        os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
     if args.verbose:
         logging.getLogger().setLevel(logging.DEBUG)
     try:

@@ -103,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ragscale.experiments.runner import MAX_FAILED, run_experiment
 
     values = dict(vars(args))
-    for key in ("command", "func", "json_path", "progress", "config", "verbose", "fresh", "max_failed"):
+    for key in ("command", "func", "json_path", "progress", "config", "verbose", "fresh", "max_failed", "tracking_uri"):
         values.pop(key, None)
     if getattr(args, "config", None) is not None:
         config = RunConfig.from_toml(args.config, **values)
@@ -156,12 +156,13 @@ def add_compare(subparsers) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ragscale.experiments.compare import compare_runs, format_table, load_runs, rows_to_json
+    from ragscale.experiments.tracking import tracking_uri
 
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
     runs = load_runs(args.runs_dir, unfinished=args.unfinished)
     if not runs:
-        print(f"no finished runs under {args.runs_dir.resolve()}", file=sys.stderr)
+        print(f"no finished runs in {tracking_uri(args.runs_dir)}", file=sys.stderr)
         return 1
     try:
         rows = compare_runs(

@@ -3,14 +3,12 @@
 import copy
 import json
 import shutil
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import dspy
 import numpy as np
 import pytest
+from servers import free_port, served
 
 from ragscale.programs.retrieval import (
     BM25Retriever,
@@ -210,42 +208,15 @@ def test_a_deep_copied_program_shares_its_retriever_and_index(dense, corpus, tmp
     assert copied.answer is not program.answer
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.server
 def test_a_chroma_server_given_by_url_serves_the_dense_index(corpus, tmp_path):
     chroma = shutil.which("chroma")
     if chroma is None:
         pytest.fail("the chroma CLI is not installed (it comes with chromadb)")
     port = free_port()
-    log = (tmp_path / "chroma.log").open("w")
-    server = subprocess.Popen(
-        [chroma, "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"chroma server did not start: {(tmp_path / 'chroma.log').read_text()}")
-            time.sleep(0.2)
+    command = [chroma, "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1", "--port", str(port)]
+    with served(command, port, tmp_path / "chroma.log"):
         retriever = DenseRetriever(corpus, index_dir=tmp_path, chroma_url=f"http://127.0.0.1:{port}")
         assert retriever.collection.count() == len(corpus)
         assert retriever(QUESTION, 1)[0].title == "Raymond Robertsen"
         assert not (tmp_path / "chroma").exists()
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()

@@ -1,0 +1,72 @@
+"""Where runs go: the sqlite store under --runs-dir by default, MLFLOW_TRACKING_URI, --tracking-uri over both;
+and (opt-in, ``-m server``) a real MLflow tracking server that ``ragscale run`` and ``ragscale compare`` use."""
+
+import os
+import sys
+
+import pytest
+from doubles import SCRIPT, scripted_lm
+from servers import free_port, served
+
+from ragscale.experiments import runner, tracking
+from ragscale.experiments.cli import main
+
+
+def run_closed_book(data_dir, runs_dir, *extra: str) -> int:
+    return main(
+        ["run", "--method", "closed-book", "--dataset", "hotpotqa", "--adapter", "chat", "--data-dir",
+         str(data_dir), "--runs-dir", str(runs_dir), "--no-progress", *extra]
+    )  # fmt: skip
+
+
+def test_runs_go_to_the_flag_over_the_environment_over_the_local_store(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    runs_dir = tmp_path / "runs"
+    assert tracking.tracking_uri(runs_dir) == f"sqlite:///{runs_dir.resolve()}/mlflow.db"
+    assert tracking.is_local(runs_dir)
+
+    environment, flag = (f"sqlite:///{tmp_path / name}.db" for name in ("environment", "flag"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", environment)
+    assert tracking.tracking_uri(runs_dir) == environment and not tracking.is_local(runs_dir)
+    assert run_closed_book(data_dir, runs_dir) == 0
+    assert run_closed_book(data_dir, runs_dir, "--tracking-uri", flag, "--fresh") == 0
+    assert os.environ["MLFLOW_TRACKING_URI"] == flag
+
+    def runs_in(uri: str) -> list:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        return tracking.finished_runs(runs_dir)
+
+    assert len(runs_in(environment)) == len(runs_in(flag)) == 1
+    assert not (runs_dir / "mlflow.db").exists()  # the local store was never opened
+
+
+@pytest.mark.server
+def test_run_and_compare_against_a_real_mlflow_tracking_server(data_dir, tmp_path, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = tmp_path / "server"
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{server}/mlflow.db",
+               "--artifacts-destination", str(server / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+               "--workers", "1"]  # fmt: skip
+    server.mkdir()
+    with served(command, port, tmp_path / "mlflow.log", timeout_s=120):
+        runs_dir = tmp_path / "runs"
+        assert run_closed_book(data_dir, runs_dir, "--tracking-uri", uri) == 0
+        summary_out = capsys.readouterr().out
+        assert main(["compare", "--runs-dir", str(runs_dir), "--tracking-uri", uri]) == 0
+        table = capsys.readouterr().out
+        assert "closed-book" in table and "66.7" in table  # q4 and q5 of the script are right, q6 wrong
+
+        client = MlflowClient(tracking_uri=uri)
+        [run] = client.search_runs([client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id])
+        assert run.info.run_id in summary_out and run.info.status == "FINISHED"
+        assert run.data.params["method"] == "closed-book" and run.data.metrics["em"] == pytest.approx(66.67, 0.01)
+        logged = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"predictions.jsonl", "summary.json"} <= logged
+        assert (server / "artifacts").is_dir() and not (runs_dir / "mlflow.db").exists()
+        assert not (runs_dir / "artifacts").exists()
