@@ -8,6 +8,8 @@ the latest closed-book run with the same LM (else any LM), else the dataset's fi
 method's defining behaviour (``behaviour.<name>`` metrics: IterDRAG's follow-ups, Self-RAG's retrieval rate, ...)
 and how many of its questions failed (they score 0). Only FINISHED runs are compared unless FAILED and KILLED runs
 are asked for (``load_runs(unfinished=True)``, ``compare --unfinished``): their rows are marked with their status.
+Runs made by different code, libraries, machines, model files or data files (``provenance``) are named as such
+under the table (``provenance_note``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
+from ragscale.experiments.provenance import PREFIX, differing
 
 RESAMPLES = 2000
 
@@ -81,6 +84,7 @@ class RunResult:
     failed: int = 0
     em: dict[str, float] = field(default_factory=dict)
     f1: dict[str, float] = field(default_factory=dict)
+    provenance: dict[str, str] = field(default_factory=dict)  # what produced it (``provenance.provenance_tags``)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -126,6 +130,7 @@ def load_runs(runs_dir: Path, *, unfinished: bool = False) -> list[RunResult]:
                 metrics=dict(run.data.metrics),
                 status=run.info.status,
                 failed=sum(r.get("error") is not None for r in records),
+                provenance={k: v for k, v in run.data.tags.items() if k.startswith(PREFIX)},
             )
         )
     return results
@@ -206,6 +211,7 @@ def compare_runs(
                 "f1": sum(run.f1.values()) / len(run.f1) if run.f1 else 0.0,
                 EFFECTIVE_CONTEXT: run.metrics.get(EFFECTIVE_CONTEXT),
                 "behaviour": behaviour_of(run.metrics),
+                "provenance": run.provenance,
                 "baseline_run_id": base.run_id if base is not None else None,
                 "is_baseline": is_base,
                 "em_diff": None
@@ -265,6 +271,13 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def provenance_note(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """What tells the compared runs apart beyond their labels (code, libraries, machine, model or data files), or
+    None when they were produced alike."""
+    apart = differing([row.get("provenance") or {} for row in rows])
+    return f"the runs were produced differently: {', '.join(apart)} differ (see each run's tags)" if apart else None
 
 
 def rows_to_json(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

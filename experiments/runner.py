@@ -30,6 +30,7 @@ from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, evaluate, summarize, write_tables
 from ragscale.experiments.files import exclusive, slug, write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
+from ragscale.experiments.provenance import data_files, provenance_tags
 from ragscale.experiments.signals import interrupted
 
 log = logging.getLogger(__name__)
@@ -224,8 +225,10 @@ def run_experiment(
                     "optimizer": config.optimizer,
                     "lm": config.lm,
                     resume.RUN_KEY_TAG: key,
+                    **provenance_tags(config),
                 },
             )
+            tracking.log_data_files(config.runs_dir, run_id, data_files(config))
             lock = resume.claim(config.runs_dir / "work" / run_id)
     work = config.runs_dir / "work" / run_id
     log.info("run %s: %d train, %d eval questions; files in %s", run_id, len(train), len(evalset), work)

@@ -126,6 +126,30 @@ def log_artifacts(runs_dir: Path, run_id: str, paths: list[Path]) -> None:
         mlflow_client.log_artifact(run_id, str(path))
 
 
+def log_data_files(runs_dir: Path, run_id: str, files: Mapping[str, Path]) -> None:
+    """Log each file of ``files`` (context, e.g. "train" or "eval" -> path) as an MLflow dataset input of the run:
+    named by its folder and file name, its digest the first 32 hex digits of its sha256 (MLflow keeps 36
+    characters), the whole sha256 and size in its profile."""
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    from ragscale.experiments.provenance import file_sha256
+
+    inputs = []
+    for context, path in files.items():
+        sha256 = file_sha256(path)
+        dataset = Dataset(
+            name=f"{path.parent.name}/{path.name}",
+            digest=sha256[:32],
+            source_type="local",
+            source=json.dumps({"uri": path.resolve().as_uri()}),
+            profile=json.dumps({"sha256": sha256, "bytes": path.stat().st_size}),
+        )
+        inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)]))
+    client(runs_dir).log_inputs(run_id, datasets=inputs)
+
+
 def end_run(runs_dir: Path, run_id: str, status: str = "FINISHED") -> None:
     """Mark a run FINISHED, FAILED or KILLED."""
     client(runs_dir).set_terminated(run_id, status=status)

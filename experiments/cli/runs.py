@@ -155,7 +155,7 @@ def add_compare(subparsers) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ragscale.experiments.compare import compare_runs, format_table, load_runs, rows_to_json
+    from ragscale.experiments.compare import compare_runs, format_table, load_runs, provenance_note, rows_to_json
     from ragscale.experiments.tracking import tracking_uri
 
     if args.json_path is not None:
@@ -175,6 +175,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         f"\nd = run - baseline in points; paired bootstrap over shared question ids, {args.resamples} resamples; "
         "* = 95% CI excludes 0"
     )
+    note = provenance_note(rows)
+    if note is not None:
+        print(note)
     if args.json_path is not None:
         write_json(args.json_path, rows_to_json(rows), indent=2)
     return 0

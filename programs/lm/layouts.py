@@ -53,6 +53,14 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset(_cpuinfo_field(cpuinfo, "flags").split())
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The first CPU's ``model name`` with its family and model numbers, as ``cpuinfo`` gives them (empty where
+    unknown): the CPU every figure is stated beside."""
+    name = _cpuinfo_field(cpuinfo, "model name")
+    family, model = _cpuinfo_field(cpuinfo, "cpu family"), _cpuinfo_field(cpuinfo, "model")
+    return f"{name} (family {family} model {model})" if name and family and model else name
+
+
 def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The first CPU's ``vendor_id`` in ``cpuinfo`` (``AuthenticAMD``, ``GenuineIntel``; empty where unknown)."""
     return _cpuinfo_field(cpuinfo, "vendor_id")
