@@ -15,12 +15,13 @@ sub-query, but given them Qwen2.5-Coder-0.5B writes statements and answers in pl
 first, and writing "none" is how the model says the follow-ups answered so far are enough: asking is the path the
 model takes, not a yes/no gate it must pass before any sub-question exists.
 
-A small model's greedy "follow-up" is often the question itself, restated. Such a follow-up, or one already
-asked, is drawn again, up to ``resample`` times, each a new rollout at temperature 1.0 with its own seed, as
-DSPy's BestOfN draws until its reward holds (here: a follow-up not asked yet); only the kept call enters the
-trace, so a bootstrapped demonstration never shows a restated question. The loop ends on "none", on a follow-up
-still repeated after the draws, on an unreadable decomposition, or after ``max_iterations``; the prediction's
-``stop`` says why, and ``redrawn`` counts the draws.
+A small model's greedy "follow-up" is often the question itself, restated: not a sub-query, and not a choice
+to stop. Such a follow-up is drawn again, up to ``resample`` times, each a new rollout at temperature 1.0 with
+its own seed, as DSPy's BestOfN draws until its reward holds (here: the follow-up is not the question); only the
+kept call enters the trace, so a bootstrapped demonstration never shows a restated question. A follow-up that
+repeats an earlier one is not drawn again: there is nothing new to ask, and the loop ends. It also ends on
+"none", on a question still restated after the draws, on an unreadable decomposition, or after
+``max_iterations``; the prediction's ``stop`` says why, and ``redrawn`` counts the draws.
 """
 
 import logging
@@ -99,17 +100,17 @@ class IterDRAG(dspy.Module):
         shown = self.behaviour(example.question, prediction)
         return shown["answered_follow_ups"] > 0 and shown["follow_ups_as_questions"] == shown["follow_ups"]
 
-    def next_follow_up(self, question: str, follow_ups: list[str], asked: set[str]) -> tuple[str, int]:
+    def next_follow_up(self, question: str, follow_ups: list[str]) -> tuple[str, int]:
         """The follow-up the decomposition writes next, and how many times it was drawn again: greedily first,
-        then, while it is one of ``asked`` (normalised questions), a new rollout at temperature 1.0 seeded with
-        its number, up to ``resample`` times. Only the kept call is added to DSPy's trace."""
+        then, while it restates ``question``, a new rollout at temperature 1.0 seeded with its number, up to
+        ``resample`` times. Only the kept call is added to DSPy's trace."""
         lm, outer = dspy.settings.lm, dspy.settings.trace
         for attempt in range(self.resample + 1):
             drawn = {"lm": lm.copy(rollout_id=attempt, temperature=1.0, seed=attempt)} if attempt else {}
             with dspy.context(trace=[], **drawn):
                 written = follow_up_of(self.decompose(question=question, follow_ups=list(follow_ups)).follow_up or "")
                 calls = list(dspy.settings.trace)
-            if no_follow_up(written) or same_question(written) not in asked:
+            if same_question(written) != same_question(question):
                 break
         if outer is not None:
             outer.extend(calls)
@@ -121,7 +122,7 @@ class IterDRAG(dspy.Module):
         for _ in range(self.max_iterations):
             asked = {same_question(q) for q in [question, *sub_questions]}
             try:
-                sub_question, draws = self.next_follow_up(question, follow_ups, asked)
+                sub_question, draws = self.next_follow_up(question, follow_ups)
             except AdapterParseError as error:  # no readable follow-up: answer with what was gathered
                 logger.warning("IterDRAG: unreadable decomposition, answering now: %s", error)
                 stop = "unreadable_follow_up"

@@ -107,7 +107,7 @@ def test_iterdrag_stops_when_the_model_repeats_a_follow_up():
             {"answer": "Tolkien"},
         ]
     )
-    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=5, resample=0), lm)
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=5), lm)
     assert pred.sub_questions == ["Who wrote it first?"]
     assert pred.answer == "Tolkien"
     assert pred.stop == "repeated_follow_up"
@@ -210,7 +210,7 @@ def test_a_follow_up_that_copies_the_q_a_framing_is_read_as_its_question_and_a_c
     assert follow_up_of("Q: Who wrote it? A: Tolkien") == "Who wrote it?"
     echo = {"follow_up": "Q: Who wrote it first? A: x"}
     lm = DummyLM([{"follow_up": "Who wrote it first?"}, {"answer": "Tolkien"}, echo, {"answer": "Tolkien"}])
-    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3, resample=0), lm)
+    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3), lm)
     assert (pred.sub_questions, pred.stop) == (["Who wrote it first?"], "repeated_follow_up")
 
 
