@@ -151,33 +151,59 @@ def add_compare(subparsers) -> None:
     compare.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default: 2000)")
     compare.add_argument("--seed", type=int, default=0)
     compare.add_argument("--json", dest="json_path", type=Path, help="also write the rows to this JSON file")
+    compare.add_argument("--format", choices=("md", "json", "csv"), default="md", help="printed table (default: md)")
+    compare.add_argument(
+        "--chart",
+        type=Path,
+        help="PNG of EM and F1 with 95%% CIs and effective context per run, written with the markdown table beside "
+        "it (.md) and logged to MLflow as a compare run (default: <runs-dir>/compare.png)",
+    )
     compare.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ragscale.experiments.compare import compare_runs, format_table, load_runs, provenance_note, rows_to_json
-    from ragscale.experiments.tracking import tracking_uri
+    from ragscale.experiments import tracking
+    from ragscale.experiments.compare import (
+        compare_runs,
+        format_csv,
+        format_table,
+        load_runs,
+        plot,
+        provenance_note,
+        rows_to_json,
+    )
 
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
     runs = load_runs(args.runs_dir, unfinished=args.unfinished)
     if not runs:
-        print(f"no finished runs in {tracking_uri(args.runs_dir)}", file=sys.stderr)
+        print(f"no finished runs in {tracking.tracking_uri(args.runs_dir)}", file=sys.stderr)
         return 1
+    chart = args.chart or args.runs_dir / "compare.png"
+    check_output_file(chart, "--chart")
     try:
         rows = compare_runs(
             runs, baseline=args.baseline, latest_only=not args.all_runs, resamples=args.resamples, seed=args.seed
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    print(format_table(rows))
-    print(
-        f"\nd = run - baseline in points; paired bootstrap over shared question ids, {args.resamples} resamples; "
-        "* = 95% CI excludes 0"
-    )
-    note = provenance_note(rows)
-    if note is not None:
-        print(note)
+    notes = [
+        f"d = run - baseline in points; paired bootstrap over shared question ids, {args.resamples} resamples; "
+        "* = 95% CI excludes 0",
+        provenance_note(rows),
+    ]
+    table = "\n\n".join([format_table(rows), *[note for note in notes if note]])
+    if args.format == "md":
+        print(table)
+    else:
+        print(json.dumps(rows_to_json(rows), indent=2) if args.format == "json" else format_csv(rows), end="\n")
+    plot(rows, runs, chart, seed=args.seed)
+    chart.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
+    run_id = tracking.start_run(args.runs_dir, run_name=f"compare-{len(rows)}-runs", params={"runs": len(rows)},
+                                kind="compare")  # fmt: skip
+    tracking.log_artifacts(args.runs_dir, run_id, [chart, chart.with_suffix(".md")])
+    tracking.end_run(args.runs_dir, run_id)
+    print(f"chart: {chart} (and {chart.with_suffix('.md').name}); MLflow run {run_id}", file=sys.stderr)
     if args.json_path is not None:
         write_json(args.json_path, rows_to_json(rows), indent=2)
     return 0

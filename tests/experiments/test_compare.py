@@ -145,3 +145,52 @@ def test_behaviour_shows_rates_as_percentages_and_counts_as_numbers():
     shown = format_behaviour({"questions_with_follow_up": 0.57, "follow_ups": 0.6, "graded_relevant": 0.25})
     assert shown == "questions_with_follow_up 57%, follow_ups 0.60, graded_relevant 25%"
     assert format_behaviour({}) == "none"
+
+
+def test_compare_writes_a_chart_with_one_bar_per_run_and_score_beside_its_table_and_logs_both(tmp_path, capsys):
+    from PIL import Image
+
+    from ragscale.experiments.cli import main
+
+    runs_dir = tmp_path / "runs"
+    log_fake_run(runs_dir, tmp_path, "closed-book", "0" * 20)
+    log_fake_run(runs_dir, tmp_path, "rag", "1" * 10 + "0" * 10)
+    chart = tmp_path / "out" / "chart.png"
+    assert main(["compare", "--runs-dir", str(runs_dir), "--chart", str(chart)]) == 0
+    assert Image.open(chart).size[0] > 300 and "| rag |" in chart.with_suffix(".md").read_text()
+    [logged] = tracking.finished_runs(runs_dir, kind="compare")
+    artifacts = {a.path for a in tracking.client(runs_dir).list_artifacts(logged.info.run_id)}
+    assert artifacts == {"chart.png", "chart.md"}
+    assert len(tracking.finished_runs(runs_dir)) == 2  # a comparison is not a run to compare
+
+
+def test_the_chart_has_an_em_and_an_f1_bar_per_run_with_its_ci(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from ragscale.experiments.compare import plot
+
+    bars = []
+    draw = matplotlib.axes.Axes.bar
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "bar", lambda ax, x, h, *a, **k: bars.append((list(h), k)) or draw(ax, x, h, *a, **k)
+    )
+    runs = [run_result("a", "closed-book", "0" * 10, 1), run_result("b", "rag", "1" * 5 + "0" * 5, 2)]
+    plot(compare_runs(runs), runs, tmp_path / "c.png")
+    assert [heights for heights, _ in bars] == [[0.0, 50.0], [0.0, 50.0]]  # EM, then F1 (equal here), per run
+    low, high = bars[0][1]["yerr"]
+    assert low[1] > 0 and high[1] > 0 and low[0] == high[0] == 0  # the CI of 50% over 10 questions; none of 0%
+
+
+def test_compare_prints_csv_and_json_when_asked(tmp_path, capsys):
+    import csv
+
+    from ragscale.experiments.cli import main
+
+    runs_dir = tmp_path / "runs"
+    log_fake_run(runs_dir, tmp_path, "closed-book", "0" * 20)
+    log_fake_run(runs_dir, tmp_path, "rag", "1" * 20)
+    assert main(["compare", "--runs-dir", str(runs_dir), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
+    assert [r["method"] for r in rows] == ["closed-book", "rag"] and float(rows[1]["em_diff"]) == 100.0
+    assert main(["compare", "--runs-dir", str(runs_dir), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[1]["em_diff"]["diff"] == 100.0
