@@ -146,9 +146,11 @@ def without_prefix_cache(lm):
 
 
 def questions_per_minute(lm, prompts: list[list[dict]], threads: int) -> float:
+    from ragscale.programs.lm import chat
+
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda messages: lm(messages=messages), prompts))
+        list(pool.map(lambda messages: chat(lm, messages), prompts))
     return len(prompts) * 60 / (time.perf_counter() - start)
 
 
@@ -156,10 +158,12 @@ def timed(lm, prompts: list[list[dict]], threads: int, warm: list[dict]) -> tupl
     """Questions per minute, and the engine's work meanwhile (seconds of prefill and decode, steps, rows, prompt
     tokens sent and computed). The prefix cache is emptied and then holds only ``warm`` (an unmeasured question
     after the shared demonstrations), so no run is served the prompts an earlier run computed."""
+    from ragscale.programs.lm import chat
+
     engine = lm.engine
     if engine.prefixes is not None:
         engine.prefixes.clear()
-    lm(messages=warm)
+    chat(lm, warm)
     before = {**engine.work, "sent": engine.prompt_tokens, "computed": engine.computed_tokens}
     qpm = questions_per_minute(lm, prompts, threads)
     after = {**engine.work, "sent": engine.prompt_tokens, "computed": engine.computed_tokens}

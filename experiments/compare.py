@@ -9,7 +9,10 @@ method's defining behaviour (``behaviour.<name>`` metrics: IterDRAG's follow-ups
 and how many of its questions failed (they score 0). Only FINISHED runs are compared unless FAILED and KILLED runs
 are asked for (``load_runs(unfinished=True)``, ``compare --unfinished``): their rows are marked with their status.
 Runs made by different code, libraries, machines, model files or data files (``provenance``) are named as such
-under the table (``provenance_note``).
+under the table (``provenance_note``). The table prints as markdown, JSON or CSV; ``chart.py`` draws it.
+
+One concept in one file: the comparison of tracked runs, from reading them back through the paired CIs to the
+forms the table is printed in.
 """
 
 from __future__ import annotations
@@ -271,48 +274,6 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def plot(rows: Sequence[Mapping[str, Any]], runs: Sequence[RunResult], path: Path, *, seed: int = 0) -> Path:
-    """One group per row: its EM and F1 as bars with their 95% bootstrap CIs (of each run's own mean, not of a
-    difference), and its effective context (input tokens per question) as a diamond on a second, log axis;
-    written to ``path`` (PNG) with matplotlib's Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_id = {run.run_id: run for run in runs}
-    labels, bars, errors, context = [], {"EM": [], "F1": []}, {"EM": [], "F1": []}, []
-    for row in rows:
-        run = by_id[row["run_id"]]
-        labels.append(f"{row['method']}\n{row['optimizer']}\n{row['dataset']}")
-        for name, scores in (("EM", run.em), ("F1", run.f1)):
-            ci = paired_bootstrap(scores, dict.fromkeys(scores, 0.0), seed=seed) if scores else None
-            bars[name].append(ci.diff if ci else 0.0)
-            errors[name].append((ci.diff - ci.low, ci.high - ci.diff) if ci else (0.0, 0.0))
-        context.append(row.get(EFFECTIVE_CONTEXT))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(rows) + 2), 4.5))
-    width = 0.38
-    for offset, name in ((-width / 2, "EM"), (width / 2, "F1")):
-        xs = [i + offset for i in range(len(rows))]
-        ax.bar(xs, bars[name], width, label=name, yerr=list(zip(*errors[name], strict=True)), capsize=3)
-    ax.set_xticks(range(len(rows)), labels, fontsize=7)
-    ax.set_ylabel("score (%), 95% CI")
-    tokens = ax.twinx()
-    shown = [(i, c) for i, c in enumerate(context) if c]
-    if shown:
-        tokens.scatter(*zip(*shown, strict=True), color="black", marker="D", s=22, label="effective context")
-        tokens.set_yscale("log")
-    tokens.set_ylabel("effective context (input tokens / question)")
-    handles = ax.get_legend_handles_labels()[0] + tokens.get_legend_handles_labels()[0]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper left")
-    ax.set_title(f"{len(rows)} runs: EM and F1 with 95% CIs, effective context")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def format_csv(rows: Sequence[Mapping[str, Any]]) -> str:

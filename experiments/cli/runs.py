@@ -163,12 +163,12 @@ def add_compare(subparsers) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ragscale.experiments import tracking
+    from ragscale.experiments.chart import plot
     from ragscale.experiments.compare import (
         compare_runs,
         format_csv,
         format_table,
         load_runs,
-        plot,
         provenance_note,
         rows_to_json,
     )

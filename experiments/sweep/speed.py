@@ -27,20 +27,20 @@ class Speed:
 def measure_speed(lm, text: str) -> Speed:
     """Prefill and decode rates from two tiny timed calls (cache off): a ~300-token prompt with 1 output token,
     then a short prompt with up to 24 output tokens."""
-    from ragscale.programs.lm import meter
+    from ragscale.programs.lm import chat, meter
 
     fresh = lm.copy(cache=False) if hasattr(lm, "copy") else lm
     words = " ".join((text or "the quick brown fox jumps over the lazy dog ").split()[:220])
     stamp = f"[{time.time_ns()}] "  # a new prompt each time: no prefix cache either
-    fresh(messages=[{"role": "user", "content": stamp + "hi"}], max_tokens=1)  # warm-up
+    chat(fresh, [{"role": "user", "content": stamp + "hi"}], max_tokens=1)  # warm-up
     with meter() as usage:
         start = time.perf_counter()
-        fresh(messages=[{"role": "user", "content": stamp + words}], max_tokens=1)
+        chat(fresh, [{"role": "user", "content": stamp + words}], max_tokens=1)
         prefill_s = time.perf_counter() - start
     prefill = max(usage.input_tokens, 1) / max(prefill_s, 1e-6)
     with meter() as usage:
         start = time.perf_counter()
-        fresh(messages=[{"role": "user", "content": stamp + "Write a long story about a cat."}], max_tokens=24)
+        chat(fresh, [{"role": "user", "content": stamp + "Write a long story about a cat."}], max_tokens=24)
         total_s = time.perf_counter() - start
     decode_s = max(total_s - usage.input_tokens / prefill, 1e-3)
     decode = max(usage.output_tokens, 1) / decode_s

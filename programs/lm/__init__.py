@@ -18,7 +18,7 @@ from ragscale.programs.lm.adapter import FieldAdapter
 from ragscale.programs.lm.cache import restrict_cache
 from ragscale.programs.lm.meter import CallRecord, MeteredLM, UsageMeter, meter
 from ragscale.programs.lm.models import DEFAULT_LM, PRESETS
-from ragscale.programs.lm.prompt import SERVER_CONTEXT_WINDOW, context_window, count_tokens, prompt_tokens
+from ragscale.programs.lm.prompt import SERVER_CONTEXT_WINDOW, chat, context_window, count_tokens, prompt_tokens
 
 if TYPE_CHECKING:
     from ragscale.programs.lm.engine import TorchEngine
@@ -30,6 +30,7 @@ __all__ = [
     "CallRecord",
     "FieldAdapter",
     "UsageMeter",
+    "chat",
     "context_window",
     "count_tokens",
     "load_lm",

@@ -11,6 +11,8 @@ One place for what the engine, the context-window check, the sweep's estimator a
 - ``prompt_tokens(lm, messages)``: tokens of a whole request. A local engine renders its chat template and counts
   the result; otherwise each message's text is counted plus ``MESSAGE_MARKUP_TOKENS`` for its role markers.
 - ``context_window(lm)``: the model's context length (read from the weights' config, or stated for a server).
+- ``chat(lm, messages, **config)``: the reply text to OpenAI-style messages, sent through DSPy's normalised request
+  API (``dspy.lm15.Request``): passing message dicts as ``lm(messages=...)`` is deprecated in DSPy 3.4.
 """
 
 from __future__ import annotations
@@ -76,3 +78,25 @@ def context_window(lm: Any) -> int:
     if hasattr(engine, "context_window"):
         return engine.context_window
     return getattr(lm, "context_window", None) or SERVER_CONTEXT_WINDOW
+
+
+def chat(lm: Any, messages: Sequence[Mapping[str, str]], **config: Any) -> str:
+    """``lm``'s reply text to ``messages`` ({"role", "content"} dicts: system, user, assistant; a trailing
+    assistant message is continued by a local engine); ``config`` holds ``dspy.lm15.Config`` fields (max_tokens,
+    stop, temperature, seed, response_format) over the LM's own settings of those fields."""
+    import dataclasses
+
+    from dspy import lm15
+
+    fields = {f.name for f in dataclasses.fields(lm15.Config)}
+    config = {**{k: v for k, v in getattr(lm, "kwargs", {}).items() if k in fields and v is not None}, **config}
+
+    turns = {"user": lm15.Message.user, "assistant": lm15.Message.assistant}
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
+    request = lm15.Request(
+        model=lm.model,
+        messages=tuple(turns[m["role"]](m["content"]) for m in messages if m["role"] != "system"),
+        system=system,
+        config=lm15.Config(**config),
+    )
+    return lm(request).text or ""

@@ -167,7 +167,7 @@ def test_compare_writes_a_chart_with_one_bar_per_run_and_score_beside_its_table_
 def test_the_chart_has_an_em_and_an_f1_bar_per_run_with_its_ci(tmp_path, monkeypatch):
     import matplotlib.axes
 
-    from ragscale.experiments.compare import plot
+    from ragscale.experiments.chart import plot
 
     bars = []
     draw = matplotlib.axes.Axes.bar

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dspy
 import pytest
 
-from ragscale.programs.lm import context_window, count_tokens
+from ragscale.programs.lm import chat, context_window, count_tokens
 from ragscale.programs.lm.engine import TorchEngine, _Job
 from ragscale.programs.lm.prefix_cache import common_prefix
 
@@ -60,18 +60,18 @@ def texts(engine: TorchEngine, jobs: list[_Job]) -> list[str]:
 
 
 def test_greedy_answer_to_a_context_question_is_exact_and_repeatable(lm):
-    first = lm(messages=ask(EIFFEL))
-    assert first == ["The Eiffel Tower is in Paris."]
-    assert lm(messages=ask(EIFFEL)) == first
+    first = chat(lm, ask(EIFFEL))
+    assert first == "The Eiffel Tower is in Paris."
+    assert chat(lm, ask(EIFFEL)) == first
 
 
 def test_text_is_cut_before_the_first_stop_string(lm):
-    assert lm(messages=ask(EIFFEL), stop=["Paris", "Tower"]) == ["The Eiffel "]
+    assert chat(lm, ask(EIFFEL), stop=["Paris", "Tower"]) == "The Eiffel "
 
 
 def test_a_trailing_assistant_message_is_continued_not_closed(lm, engine):
     messages = [*ask(EIFFEL), {"role": "assistant", "content": "Answer: The city is"}]
-    assert lm(messages=messages, stop=["."]) == [" Paris"]
+    assert chat(lm, messages, stop=["."]) == " Paris"
     prompt = engine.render(
         dspy.lm15.Request(
             model="m", messages=(dspy.lm15.Message.user(EIFFEL), dspy.lm15.Message.assistant("Answer: The"))
@@ -105,10 +105,10 @@ def test_a_batch_generates_what_each_prompt_generates_alone(engine):
 
 def test_eight_threads_get_the_same_answers_as_sequential_calls(lm):
     questions = [city_question(i) for i in range(8)]
-    sequential = [lm(messages=ask(q), max_tokens=10) for q in questions]
+    sequential = [chat(lm, ask(q), max_tokens=10) for q in questions]
     before = lm.engine.batch_sizes.copy()
     with ThreadPoolExecutor(8) as pool:
-        threaded = list(pool.map(lambda q: lm(messages=ask(q), max_tokens=10), questions))
+        threaded = list(pool.map(lambda q: chat(lm, ask(q), max_tokens=10), questions))
     assert threaded == sequential
     # eight concurrent calls cannot all run alone: at least one batch held several of them
     assert max(lm.engine.batch_sizes - before) > 1
@@ -190,7 +190,7 @@ def test_deep_copy_of_a_program_shares_the_model_weights(lm):
 def test_a_prompt_longer_than_the_context_window_is_refused_with_the_sizes(lm):
     assert context_window(lm) == 8192
     with pytest.raises(Exception, match="context window of 8192"):
-        lm(messages=ask("word " * 9000))
+        chat(lm, ask("word " * 9000))
 
 
 def test_a_saved_lm_state_reloads_onto_the_already_loaded_engine(lm):
@@ -212,12 +212,12 @@ def test_a_continued_turn_gets_text_even_when_the_model_opens_it_with_a_blank_li
     raw = _Job(ids, 3, 0.0, None, ())
     generate(engine, [raw])
     assert engine.tokenizer.decode(raw.tokens).startswith("\n\n")  # what a "\n\n" stop would cut to nothing
-    reply = lm(messages=messages, stop=["\n\n"], max_tokens=8)[0]
+    reply = chat(lm, messages, stop=["\n\n"], max_tokens=8)
     assert reply.strip() and not reply.startswith("\n")
 
 
 def enum_format(options: list[str]) -> dict:
-    return {"type": "json_schema", "json_schema": {"name": "choice", "schema": {"type": "string", "enum": options}}}
+    return {"type": "json_schema", "name": "choice", "schema": {"type": "string", "enum": options}}
 
 
 def test_a_closed_choice_is_the_option_with_the_highest_log_likelihood(lm, engine):
@@ -227,7 +227,7 @@ def test_a_closed_choice_is_the_option_with_the_highest_log_likelihood(lm, engin
 
     options = ["Rome", "Paris", "Berlin"]
     messages = [*ask(EIFFEL), {"role": "assistant", "content": "The city is"}]
-    reply = lm(messages=messages, response_format=enum_format(options))[0]
+    reply = chat(lm, messages, response_format=enum_format(options))
     prompt = engine.render_messages([dict(m) for m in messages])
     start = len(engine.tokenizer(prompt, add_special_tokens=False).input_ids)
     scores = {}
@@ -266,7 +266,7 @@ def test_choices_and_generations_batched_across_threads_get_their_sequential_ans
 
     def call(request):
         question, fmt = request
-        return lm(messages=ask(question), **({"response_format": fmt} if fmt else {}))[0]
+        return chat(lm, ask(question), **({"response_format": fmt} if fmt else {}))
 
     sequential = [call(r) for r in requests]
     with ThreadPoolExecutor(8) as pool:
@@ -276,9 +276,9 @@ def test_choices_and_generations_batched_across_threads_get_their_sequential_ans
 
 
 def test_a_json_schema_other_than_one_string_enum_is_refused(lm):
-    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    schema = {"type": "json_schema", "name": "x", "schema": {"type": "object"}}
     with pytest.raises(Exception, match="one string enum"):
-        lm(messages=ask("hi"), response_format=schema)
+        chat(lm, ask("hi"), response_format=schema)
 
 
 def test_a_second_request_computes_only_the_tokens_after_the_prefix_it_shares_with_the_first(engine):
@@ -363,12 +363,12 @@ def test_a_sampled_reply_with_a_seed_depends_on_its_prompt_and_seed_only(lm):
     poem = ask("Write one line of a poem about the sea.")
 
     def sample(seed: int) -> list[str]:
-        return lm(messages=poem, max_tokens=12, temperature=1.0, seed=seed, rollout_id=seed)
+        return chat(lm, poem, max_tokens=12, temperature=1.0, seed=seed)
 
     alone = [sample(seed) for seed in range(4)]
     with ThreadPoolExecutor(8) as pool:  # batched beside each other and beside greedy calls
-        greedy = [pool.submit(lm, messages=ask(city_question(i)), max_tokens=10) for i in range(4)]
+        greedy = [pool.submit(chat, lm, ask(city_question(i)), max_tokens=10) for i in range(4)]
         batched = [pool.submit(sample, seed) for seed in range(4)]
         [call.result() for call in greedy]
     assert [call.result() for call in batched] == alone
-    assert len({tuple(text) for text in alone}) > 1  # the seeds draw different lines
+    assert len(set(alone)) > 1  # the seeds draw different lines

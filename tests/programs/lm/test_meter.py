@@ -3,7 +3,7 @@
 import dspy
 import pytest
 
-from ragscale.programs.lm import load_lm, meter
+from ragscale.programs.lm import chat, load_lm, meter
 
 pytestmark = pytest.mark.slow
 
@@ -17,8 +17,8 @@ def test_meter_counts_calls_tokens_and_cache_hits(engine):
     assert cached_lm.engine is engine  # the loaded model is shared, not loaded twice
     question = ask("Context: Ada lives in Oslo.\nQuestion: Where does Ada live?")
     with meter() as usage:
-        first = cached_lm(messages=question)
-        again = cached_lm(messages=question)
+        first = chat(cached_lm, question)
+        again = chat(cached_lm, question)
     assert first == again
     assert usage.calls == 2
     assert [r.cached for r in usage.records] == [False, True]
@@ -28,9 +28,9 @@ def test_meter_counts_calls_tokens_and_cache_hits(engine):
 
 
 def test_meter_sees_only_calls_inside_its_block_and_dspy_usage_tracking_still_works(lm):
-    lm(messages=ask("Say hi."))
+    chat(lm, ask("Say hi."))
     with meter() as usage, dspy.context(lm=lm), dspy.track_usage() as tracker:
-        lm(messages=ask("Say hello."))
+        chat(lm, ask("Say hello."))
     assert usage.calls == 1
     totals = tracker.get_total_tokens()[lm.model]
     assert totals["prompt_tokens"] == usage.input_tokens

@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dspy
 import pytest
 
-from ragscale.programs.lm import context_window, count_tokens, load_lm, meter
+from ragscale.programs.lm import chat, context_window, count_tokens, load_lm, meter
 
 
 class ChatCompletions(BaseHTTPRequestHandler):
@@ -81,8 +81,8 @@ def test_a_cached_server_answer_is_metered_with_its_original_tokens(server_url):
     lm = load_lm("openai/test", api_base=server_url, cache=True)
     question = [{"role": "user", "content": "Which country has Paris? Say France."}]
     with meter() as usage:
-        first = lm(messages=question)
-        again = lm(messages=question)
+        first = chat(lm, question)
+        again = chat(lm, question)
     assert first == again
     assert len(ChatCompletions.received) == 1
     assert [r.cached for r in usage.records] == [False, True]
