@@ -34,7 +34,9 @@ class RunConfig:
 
     `lm` answers; `teacher` (an LM name, bootstrap-family optimizers only) writes the traces `lm` learns from.
     `api_base` is the server of `lm` (an `openai/<model>`) and `teacher_api_base` the teacher's own: a local
-    student may learn from a teacher on a server, or the other way round.
+    student may learn from a teacher on a server, or the other way round. `reflection_lm` and `budget` are GEPA's:
+    the LM that reads the feedback and rewrites instructions (default: the teacher, else `lm`) and how much it may
+    spend (light, medium, heavy, or a cap on metric calls).
 
     Paths are made absolute on construction (relative ones are taken from the current directory), so the params
     logged to MLflow point at the same files wherever the run is inspected from.
@@ -47,6 +49,8 @@ class RunConfig:
     teacher: str | None = None
     api_base: str | None = None
     teacher_api_base: str | None = None
+    reflection_lm: str | None = None
+    budget: str = "light"
     weights: str | None = None
     adapter: str = "field"
     max_tokens: int = 256
@@ -97,6 +101,14 @@ class RunConfig:
                     f"teacher {self.teacher!r} needs an optimizer that runs a teacher program "
                     f"({', '.join(TEACHER_OPTIMIZERS)}), got optimizer {self.optimizer!r}"
                 )
+        if self.reflection_lm is not None and self.optimizer != "gepa":
+            raise ConfigError(f"reflection_lm {self.reflection_lm!r} is GEPA's; got optimizer {self.optimizer!r}")
+        from ragscale.optimizers.teleprompters import GEPA_BUDGETS
+
+        if self.budget not in GEPA_BUDGETS and not (self.budget.isdigit() and int(self.budget) > 0):
+            raise ConfigError(
+                f"budget must be one of {', '.join(GEPA_BUDGETS)} or a number of metric calls, got {self.budget!r}"
+            )
         for name, low in (
             ("k", 1),
             ("max_iterations", 1),

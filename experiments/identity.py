@@ -15,7 +15,8 @@ from typing import Any
 from ragscale.experiments.config import RunConfig
 
 KEY_FIELDS = (
-    "method", "dataset", "optimizer", "lm", "teacher", "api_base", "teacher_api_base", "weights", "adapter",
+    "method", "dataset", "optimizer", "lm", "teacher", "api_base", "teacher_api_base", "reflection_lm", "budget",
+    "weights", "adapter",
     "max_tokens", "retriever", "k", "max_iterations", "max_demos", "max_docs_per_demo", "metric", "limit",
     "train_limit", "seed",
 )  # fmt: skip

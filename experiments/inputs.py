@@ -32,6 +32,8 @@ def check_inputs(config: RunConfig) -> None:
     check_lm(config.lm, "--lm")
     if config.teacher is not None:
         check_lm(config.teacher, "--teacher")
+    if config.reflection_lm is not None:
+        check_lm(config.reflection_lm, "--reflection-lm")
     train, evalset = read_examples(config)
     if config.method != CLOSED_BOOK:
         check_k(config, train, evalset)

@@ -120,7 +120,7 @@ def build_program_for(config: RunConfig, retriever):
     return build_program(config.method, retriever, k=config.k, max_iterations=config.max_iterations)
 
 
-def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None, teacher_lm=None):
+def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None, teacher_lm=None, reflection_lm=None):
     """Compile ``program`` on ``trainset`` with the configured teleprompter (``none`` returns it as it is), the
     teacher copy on ``teacher_lm`` when given; its Grade predictors (CRAG, Self-RAG) are then compiled on their own
     relevance labels (``compile_graders``), with the same teacher."""
@@ -142,6 +142,8 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         metric=SCORES[config.metric],
         max_docs_per_demo=config.max_docs_per_demo,
         threads=config.threads,
+        reflection_lm=reflection_lm,
+        budget=config.budget,
         **common,
     )
     return compile_graders(compiled, list(trainset), optimizer=config.optimizer, threads=config.threads, **common)
@@ -259,7 +261,12 @@ def run_experiment(
                                 max_tokens=config.max_tokens,
                                 weights=config.weights,
                             )
-                        program = compile_for(config, program, train, lm, adapter, teacher_lm)
+                        reflection_lm = None
+                        if config.reflection_lm is not None:
+                            reflection_lm = load_named_lm(
+                                config.reflection_lm, max_tokens=config.max_tokens, weights=config.weights
+                            )
+                        program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
                 cost = {
                     "compile_s": time.perf_counter() - compile_start,
                     "calls": usage.calls,

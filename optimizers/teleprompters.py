@@ -15,6 +15,10 @@
 - ``random-search``: ``dspy.BootstrapFewShotWithRandomSearch`` over ``num_candidates`` bootstrapped sets.
 - ``mipro``: ``dspy.MIPROv2(auto="light")``: instructions and bootstrapped demonstrations searched together
   (needs ``optuna``).
+- ``gepa``: ``dspy.GEPA``: instructions evolved by a reflection LM (``reflection_lm``, else the teacher, else the
+  student) that reads each prediction's score and what went wrong (``feedback.with_feedback``), within
+  ``budget``: ``light``, ``medium`` or ``heavy`` (GEPA's ``auto``) or a cap on metric calls; the calls it used
+  are logged.
 
 The bootstrap family (bootstrap, random-search, mipro) runs DSPy's teacher program -- a copy of the program --
 on the training questions and keeps its traces as demonstrations. With ``teacher_lm`` the teacher copy runs on
@@ -157,16 +161,48 @@ def _mipro(
     return teleprompter.compile(program, trainset=trainset, valset=valset)
 
 
+def _gepa(
+    program: dspy.Module,
+    trainset: list,
+    *,
+    metric: Metric,
+    seed: int,
+    valset: list | None,
+    teacher_settings: dict,
+    reflection_lm: dspy.LM | None = None,
+    budget: str = "light",
+    threads: int = 1,
+    **_: Any,
+) -> dspy.Module:
+    from ragscale.optimizers.feedback import with_feedback
+
+    reflection_lm = reflection_lm or teacher_settings.get("lm") or dspy.settings.lm
+    limit = {"auto": budget} if budget in GEPA_BUDGETS else {"max_metric_calls": int(budget)}
+    teleprompter = dspy.GEPA(
+        metric=with_feedback(metric, program), reflection_lm=reflection_lm, seed=seed, num_threads=threads,
+        track_stats=True, **limit,
+    )  # fmt: skip
+    compiled = teleprompter.compile(program, trainset=trainset, valset=valset or trainset)
+    used = getattr(getattr(compiled, "detailed_results", None), "total_metric_calls", None)
+    logger.info("GEPA used %s metric calls (budget %s)", used, budget)
+    return compiled
+
+
+GEPA_BUDGETS = ("light", "medium", "heavy")
+"""GEPA's ``auto`` budgets; an integer budget caps its metric calls instead."""
+
 OPTIMIZERS: dict[str, Callable[..., dspy.Module]] = {
     "none": _none,
     "labeled": _labeled,
     "bootstrap": _bootstrap,
     "random-search": _random_search,
     "mipro": _mipro,
+    "gepa": _gepa,
 }
 
-TEACHER_OPTIMIZERS = ("bootstrap", "random-search", "mipro")
-"""The teleprompters that run a teacher program, and so take a teacher LM."""
+TEACHER_OPTIMIZERS = ("bootstrap", "random-search", "mipro", "gepa")
+"""The teleprompters that take a teacher LM: the bootstrap family runs its teacher program on it, GEPA reflects
+with it when no reflection LM is given."""
 
 
 def compile_program(
@@ -185,6 +221,8 @@ def compile_program(
     max_attempts: int | None = None,
     threads: int = 1,
     teacher_lm: dspy.LM | None = None,
+    reflection_lm: dspy.LM | None = None,
+    budget: str = "light",
 ) -> dspy.Module:
     """Compile ``program`` on ``trainset`` with the teleprompter named ``optimizer`` and return a new program.
 
@@ -195,7 +233,8 @@ def compile_program(
     CPU. ``max_attempts`` caps the training examples ``bootstrap`` runs the program on (default: all of them,
     until ``max_demos`` traces pass); ``threads`` is how many of them ``bootstrap`` runs at once. ``teacher_lm``
     runs the bootstrap family's teacher copy of the program (the student's demonstrations are its traces); the
-    other teleprompters do not run a teacher and refuse one. The input ``program`` is not changed.
+    other teleprompters do not run a teacher and refuse one. ``reflection_lm`` and ``budget`` are GEPA's (see the
+    module docstring). The input ``program`` is not changed.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
@@ -220,5 +259,7 @@ def compile_program(
             num_candidates=num_candidates,
             max_attempts=max_attempts,
             threads=threads,
+            reflection_lm=reflection_lm,
+            budget=budget,
         )
     return cap_demos(compiled, max_demos, max_docs_per_demo)

@@ -57,6 +57,12 @@ def add_run(subparsers) -> None:
     )
     run.add_argument("--k", type=int, help="passages retrieved per query (default: 5)")
     run.add_argument("--max-iterations", dest="max_iterations", type=int, help="IterDRAG steps (default: 3)")
+    run.add_argument(
+        "--reflection-lm",
+        dest="reflection_lm",
+        help="gepa: the LM that reads the feedback and rewrites instructions (default: the teacher, else --lm)",
+    )
+    run.add_argument("--budget", help="gepa: light, medium, heavy, or a cap on metric calls (default: light)")
     run.add_argument("--max-demos", dest="max_demos", type=int, help="demonstrations per predictor (default: 4)")
     run.add_argument(
         "--max-docs-per-demo",

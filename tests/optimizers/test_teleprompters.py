@@ -22,9 +22,9 @@ def answering(right: bool = True) -> DummyLM:
 def test_an_unknown_optimizer_fails_listing_the_valid_ones():
     with pytest.raises(ValueError, match="unknown optimizer 'magic'") as error:
         compile_program(DRAG(FixedRetriever()), examples(), optimizer="magic", metric=em_metric, max_demos=2)
-    for name in ("none", "labeled", "bootstrap", "random-search", "mipro"):
+    for name in ("none", "labeled", "bootstrap", "random-search", "mipro", "gepa"):
         assert name in str(error.value)
-    assert set(OPTIMIZERS) == {"none", "labeled", "bootstrap", "random-search", "mipro"}
+    assert set(OPTIMIZERS) == {"none", "labeled", "bootstrap", "random-search", "mipro", "gepa"}
 
 
 def test_bootstrap_compiles_drag_with_traces_holding_their_documents():
@@ -331,3 +331,33 @@ def test_a_training_example_is_hidden_from_the_teachers_own_demonstrations():
     assert prompts[train[0].question].count(train[0].question) == 1  # asked, not shown as its own demo
     assert train[0].question in prompts[train[1].question]  # the other example still sees the demo
     assert teacher.answer.demos == [train[0]]  # the teacher itself is left as it was
+
+
+def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_what_went_wrong(monkeypatch):
+    import ragscale.optimizers.feedback as feedback
+
+    program, calls = RAG(FixedRetriever(), k=1), []
+    metric = feedback.with_feedback(em_metric, program)
+    monkeypatch.setattr(feedback, "with_feedback", lambda m, p: lambda *a, **k: calls.append(1) or metric(*a, **k))
+    train = [ex.copy(supporting_titles=["Elsewhere"]) for ex in examples(4)]
+    missed = dspy.Prediction(answer="Nowhere", passages=[{"title": "Best"}])
+    wrong = feedback.feedback_of(train[0], missed, 0.0, program)
+    assert "gold answer is 'City 0'" in wrong and "titled: Elsewhere" in wrong
+    proposed = "Answer with the city's name only."
+    reflection = DummyLM([{"new_instruction": proposed}] * 20, adapter=dspy.JSONAdapter())  # GEPA asks for JSON
+    compiled = compile_program(program, train, optimizer="gepa", metric=em_metric, lm=answering(right=False),
+                               adapter=dspy.ChatAdapter(), budget="12", teacher_lm=reflection)  # fmt: skip
+    used = compiled.detailed_results.total_metric_calls
+    assert 0 < used <= 12 + len(train)  # checked between iterations: at most one minibatch and one evaluation over
+    assert calls and reflection.history  # the feedback metric scored, the reflection LM proposed
+    assert "gold answer is 'City" in reflection.history[0]["messages"][-1]["content"]
+
+
+def test_a_gepa_budget_is_a_named_level_or_a_number_of_metric_calls_and_a_reflection_lm_is_gepas_alone():
+    from ragscale.experiments.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError, match="light, medium, heavy or a number"):
+        RunConfig(method="rag", dataset="hotpotqa", optimizer="gepa", budget="lots")
+    with pytest.raises(ConfigError, match="reflection_lm 'x' is GEPA's"):
+        RunConfig(method="rag", dataset="hotpotqa", optimizer="bootstrap", reflection_lm="x")
+    assert RunConfig(method="rag", dataset="hotpotqa", optimizer="gepa", budget="40").budget == "40"
