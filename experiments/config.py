@@ -36,7 +36,8 @@ class RunConfig:
     `api_base` is the server of `lm` (an `openai/<model>`) and `teacher_api_base` the teacher's own: a local
     student may learn from a teacher on a server, or the other way round. `reflection_lm` and `budget` are GEPA's:
     the LM that reads the feedback and rewrites instructions (default: the teacher, else `lm`) and how much it may
-    spend (light, medium, heavy, or a cap on metric calls).
+    spend (light, medium, heavy, or a cap on metric calls). `trace` records MLflow traces of every question
+    (``experiments/traces.py``).
 
     Paths are made absolute on construction (relative ones are taken from the current directory), so the params
     logged to MLflow point at the same files wherever the run is inspected from.
@@ -70,6 +71,7 @@ class RunConfig:
     threads: int = 4
     seed: int = 0
     run_name: str | None = None
+    trace: bool = False
 
     def __post_init__(self) -> None:
         from ragscale.data import DATASETS, default_data_dir

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments import traces
 from ragscale.experiments.config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
     with meter() as usage:
         try:
             # A fresh trace per question: the default one is a list shared by every thread.
-            with dspy.context(trace=[]):
+            with dspy.context(trace=[]), traces.question(example):
                 pred = program(question=example.question)
             prediction = str(pred.answer)
         except Exception as exc:

@@ -18,6 +18,7 @@ it. A run that did not finish keeps its predictions so far, logged to MLflow too
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -32,6 +33,7 @@ from ragscale.experiments.files import exclusive, slug, write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.provenance import data_files, provenance_tags
 from ragscale.experiments.signals import interrupted
+from ragscale.experiments.traces import tracing
 
 log = logging.getLogger(__name__)
 
@@ -279,9 +281,12 @@ def run_experiment(
                 fits_context(program, lm, adapter, [*train, *evalset])
 
             eval_start = time.perf_counter()
-            records = evaluate(
-                program, evalset, threads=config.threads, records_path=work / PREDICTIONS, progress=progress, done=done
-            )
+            traced = tracing(config.runs_dir, run_id) if config.trace else contextlib.nullcontext()
+            with traced:
+                records = evaluate(
+                    program, evalset, threads=config.threads, records_path=work / PREDICTIONS, progress=progress,
+                    done=done,
+                )  # fmt: skip
             eval_s = time.perf_counter() - eval_start
 
         summary = summarize(

@@ -89,6 +89,11 @@ def add_run(subparsers) -> None:
     run.add_argument("--seed", type=int, help="default: 0")
     run.add_argument("--run-name", dest="run_name", help="MLflow run name (default: method-optimizer-dataset-lm-time)")
     run.add_argument("--no-cache", dest="cache", action="store_false", help="bypass the DSPy LM cache")
+    run.add_argument(
+        "--trace",
+        action="store_true",
+        help="MLflow traces of every question's module and LM calls, linked to the run (off: it costs time)",
+    )
     run.add_argument("--json", dest="json_path", type=Path, help="also write the summary to this JSON file")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     run.add_argument(

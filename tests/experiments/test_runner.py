@@ -207,3 +207,21 @@ def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, da
     with pytest.raises(RuntimeError, match="stop after loading"):
         run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
     assert loaded == [("openai/teacher", "http://teacher:8000/v1")]
+
+
+def test_a_traced_run_links_one_trace_per_question_with_its_lm_calls_as_spans(tmp_path, data_dir):
+    from ragscale.experiments.traces import RUN_TAG
+
+    cfg = config(tmp_path, data_dir, trace=True)
+    summary = run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
+    client = tracking.client(cfg.runs_dir)
+    where = [tracking.experiment_id(client, cfg.runs_dir)]
+    traces = client.search_traces(locations=where, run_id=summary["mlflow_run_id"], include_spans=True)
+    assert sorted(t.info.tags["ragscale.question_id"] for t in traces) == ["q4", "q5", "q6"]
+    assert all(t.info.tags[RUN_TAG] == summary["mlflow_run_id"] for t in traces)
+    for trace in traces:  # the question, the program, its predictor and the LM call with its prompt
+        spans = {span.span_type: span for span in trace.data.spans}
+        assert {"CHAIN", "LLM", "CHAT_MODEL"} <= spans.keys(), spans.keys()
+        assert trace.info.tags["ragscale.question_id"] in str(spans["UNKNOWN"].name)
+    untraced = run_experiment(config(tmp_path, data_dir, run_name="untraced"), lm=scripted_lm(SCRIPT), progress=False)
+    assert client.search_traces(locations=where, run_id=untraced["mlflow_run_id"]) == []
