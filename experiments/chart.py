@@ -10,11 +10,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragscale.experiments.compare import RunResult, paired_bootstrap
+from ragscale.experiments.compare import RESAMPLES, RunResult, paired_bootstrap
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 
 
-def plot(rows: Sequence[Mapping[str, Any]], runs: Sequence[RunResult], path: Path, *, seed: int = 0) -> Path:
+def plot(
+    rows: Sequence[Mapping[str, Any]],
+    runs: Sequence[RunResult],
+    path: Path,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Path:
     """One group per row: its EM and F1 as bars with their 95% bootstrap CIs (of each run's own mean, not of a
     difference), and its effective context (input tokens per question) as a diamond on a second, log axis;
     written to ``path`` (PNG) with matplotlib's Agg backend."""
@@ -29,7 +36,8 @@ def plot(rows: Sequence[Mapping[str, Any]], runs: Sequence[RunResult], path: Pat
         run = by_id[row["run_id"]]
         labels.append(f"{row['method']}\n{row['optimizer']}\n{row['dataset']}")
         for name, scores in (("EM", run.em), ("F1", run.f1)):
-            ci = paired_bootstrap(scores, dict.fromkeys(scores, 0.0), seed=seed) if scores else None
+            zero = dict.fromkeys(scores, 0.0)  # the CI of the run's own mean
+            ci = paired_bootstrap(scores, zero, resamples=resamples, seed=seed) if scores else None
             bars[name].append(ci.diff if ci else 0.0)
             errors[name].append((ci.diff - ci.low, ci.high - ci.diff) if ci else (0.0, 0.0))
         context.append(row.get(EFFECTIVE_CONTEXT))

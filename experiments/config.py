@@ -51,7 +51,7 @@ class RunConfig:
     api_base: str | None = None
     teacher_api_base: str | None = None
     reflection_lm: str | None = None
-    budget: str = "light"
+    budget: str | None = None
     weights: str | None = None
     adapter: str = "field"
     max_tokens: int = 256
@@ -103,11 +103,16 @@ class RunConfig:
                     f"teacher {self.teacher!r} needs an optimizer that runs a teacher program "
                     f"({', '.join(TEACHER_OPTIMIZERS)}), got optimizer {self.optimizer!r}"
                 )
-        if self.reflection_lm is not None and self.optimizer != "gepa":
-            raise ConfigError(f"reflection_lm {self.reflection_lm!r} is GEPA's; got optimizer {self.optimizer!r}")
+        for name in ("reflection_lm", "budget"):
+            if getattr(self, name) is not None and self.optimizer != "gepa":
+                raise ConfigError(f"{name} {getattr(self, name)!r} is GEPA's; got optimizer {self.optimizer!r}")
         from ragscale.optimizers.teleprompters import GEPA_BUDGETS
 
-        if self.budget not in GEPA_BUDGETS and not (self.budget.isdigit() and int(self.budget) > 0):
+        if (
+            self.budget is not None
+            and self.budget not in GEPA_BUDGETS
+            and not (self.budget.isdigit() and int(self.budget) > 0)
+        ):
             raise ConfigError(
                 f"budget must be one of {', '.join(GEPA_BUDGETS)} or a number of metric calls, got {self.budget!r}"
             )

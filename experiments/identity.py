@@ -15,11 +15,14 @@ from typing import Any
 from ragscale.experiments.config import RunConfig
 
 KEY_FIELDS = (
-    "method", "dataset", "optimizer", "lm", "teacher", "api_base", "teacher_api_base", "reflection_lm", "budget",
-    "weights", "adapter",
+    "method", "dataset", "optimizer", "lm", "teacher", "api_base", "teacher_api_base", "weights", "adapter",
     "max_tokens", "retriever", "k", "max_iterations", "max_demos", "max_docs_per_demo", "metric", "limit",
     "train_limit", "seed",
 )  # fmt: skip
+
+
+OPTIONAL_KEY_FIELDS = ("reflection_lm", "budget")
+"""Settings that are part of the key only when set (GEPA's), so that the keys of other runs stay what they were."""
 
 
 def data_fingerprint(train: Sequence, evalset: Sequence) -> str:
@@ -40,6 +43,7 @@ def config_key(config: RunConfig, fingerprint: str, program: Any = None) -> str:
     state of a ``program`` compiled elsewhere and given to the run (the sweep compiles once per method and shots;
     its demonstrations then decide the result, not the run's own compilation)."""
     values = {name: getattr(config, name) for name in KEY_FIELDS}
+    values.update({name: getattr(config, name) for name in OPTIONAL_KEY_FIELDS if getattr(config, name) is not None})
     if program is not None:
         values["program"] = program.dump_state()
     text = json.dumps({**values, "data": fingerprint}, sort_keys=True, default=str)

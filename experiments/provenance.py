@@ -2,12 +2,13 @@
 
 A run's configuration does not say which code ran it, on which libraries and hardware, with which weights or on
 which version of its data files; two runs of one configuration can differ in any of them. ``provenance_tags``
-gives them as MLflow tags (``ragscale.provenance.*``): the ragscale version and, run from a git checkout, its commit and
-whether the work tree had uncommitted changes; the versions of ``PACKAGES``; the CPU model and the flags that pick
-the engine's code paths, and the GPU; the sha256 of the LM's and the teacher's model file (a preset's pinned one,
-checked when it was assembled; a local file's, computed once per process). ``data_files`` names the dataset files
-a run reads; ``tracking.log_data_files`` logs them as MLflow dataset inputs with their sha256. ``differing`` says
-which of these tags tell a set of runs apart (``ragscale compare`` prints it under its table).
+gives them as MLflow tags (``ragscale.provenance.*``): the ragscale version and, run from a git checkout, its
+commit and whether the work tree had uncommitted changes; the versions of ``PACKAGES``; the CPU model and the
+flags that pick the engine's code paths, and the GPU; the sha256 of the model files of the LM, the teacher and
+GEPA's reflection LM (a preset's pinned one, checked when it was assembled; a local file's, computed once per
+process). ``data_files`` names the dataset files a run reads; ``tracking.log_data_files`` logs them as MLflow
+dataset inputs with their sha256. ``differing`` says which of these tags tell a set of runs apart (``ragscale
+compare`` prints it under its table).
 """
 
 from __future__ import annotations
@@ -103,7 +104,11 @@ def provenance_tags(config: RunConfig) -> dict[str, str]:
     tags = {"version": version("ragscale"), **git_state()}
     tags.update({f"versions.{package}": version(package) for package in PACKAGES})
     tags.update(machine())
-    models = (("model", config.lm, config.api_base), ("teacher", config.teacher, config.teacher_api_base))
+    models = (
+        ("model", config.lm, config.api_base),
+        ("teacher", config.teacher, config.teacher_api_base),
+        ("reflection_lm", config.reflection_lm, None),
+    )
     for role, name, server in models:
         if name:
             digest = None if server else model_sha256(name)

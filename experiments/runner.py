@@ -136,6 +136,8 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         "adapter": adapter,
         "seed": config.seed,
         "teacher_lm": teacher_lm,
+        "reflection_lm": reflection_lm,
+        "budget": config.budget,
     }
     compiled = compile_program(
         program,
@@ -144,8 +146,6 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         metric=SCORES[config.metric],
         max_docs_per_demo=config.max_docs_per_demo,
         threads=config.threads,
-        reflection_lm=reflection_lm,
-        budget=config.budget,
         **common,
     )
     return compile_graders(compiled, list(trainset), optimizer=config.optimizer, threads=config.threads, **common)
@@ -210,6 +210,7 @@ def run_experiment(
     load_s = time.perf_counter() - start
 
     key = config_key(config, data_fingerprint(train, evalset), program=compiled)
+    produced_by = provenance_tags(config)  # before the lock: it may hash a model file
     with exclusive(config.runs_dir / "runs.lock"):  # one step: two processes never take over the same run
         found = None if fresh else resume.find_resumable(config.runs_dir, key)
         if found is not None:
@@ -229,14 +230,15 @@ def run_experiment(
                     "optimizer": config.optimizer,
                     "lm": config.lm,
                     resume.RUN_KEY_TAG: key,
-                    **provenance_tags(config),
+                    **produced_by,
                 },
             )
-            tracking.log_data_files(config.runs_dir, run_id, data_files(config))
             lock = resume.claim(config.runs_dir / "work" / run_id)
     work = config.runs_dir / "work" / run_id
     log.info("run %s: %d train, %d eval questions; files in %s", run_id, len(train), len(evalset), work)
     try:
+        if found is None:
+            tracking.log_data_files(config.runs_dir, run_id, data_files(config))
         done = resume.finished_records(work / PREDICTIONS) if found is not None else []
         if found is not None:
             log.info("resuming run %s: %d of %d questions already answered", run_id, len(done), len(evalset))
@@ -265,8 +267,8 @@ def run_experiment(
                             )
                         reflection_lm = None
                         if config.reflection_lm is not None:
-                            reflection_lm = load_named_lm(
-                                config.reflection_lm, max_tokens=config.max_tokens, weights=config.weights
+                            reflection_lm = load_named_lm(  # room for a rewritten instruction
+                                config.reflection_lm, max_tokens=max(config.max_tokens, 1024), weights=config.weights
                             )
                         program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
                 cost = {

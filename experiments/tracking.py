@@ -3,10 +3,10 @@
 Everything goes through an explicit `MlflowClient` (no active-run state), so a sweep can open child runs from
 worker code and tests can point at `tmp_path`. The store is MLflow's own ``MLFLOW_TRACKING_URI`` when it is set
 (a tracking server, ``http://host:5000``, or any store URI MLflow takes; ``--tracking-uri`` sets it for the
-process), else `sqlite:///<absolute runs_dir>/mlflow.db`. In that local store the experiment is created with its
-artifact location under `<runs_dir>/artifacts` (MLflow's defaults would land both in the current directory); a
-server keeps artifacts where it was told to. MLflow is imported inside the functions: importing this module is
-cheap.
+process), else `sqlite:///<absolute runs_dir>/mlflow.db`. Outside a tracking server the experiment is created
+with its artifact location under `<runs_dir>/artifacts` (MLflow's defaults would land both in the current
+directory); a server keeps artifacts where it was told to. MLflow is imported inside the functions: importing
+this module is cheap.
 
 Any number of processes may open one store at once: the first opening of a store in a process (creating its
 schema, or migrating it, and the ragscale experiment) holds an exclusive lock on ``<runs_dir>/mlflow.lock``, so
@@ -46,6 +46,11 @@ def is_local(runs_dir: Path) -> bool:
     return tracking_uri(runs_dir) == local_uri(runs_dir)
 
 
+def is_server(runs_dir: Path) -> bool:
+    """Whether runs go to a tracking server, which keeps artifacts where it was told to."""
+    return tracking_uri(runs_dir).startswith(("http://", "https://", "databricks"))
+
+
 _opened: set[tuple[Path, str]] = set()  # (runs directory, store URI) opened in this process
 _opening = threading.Lock()
 
@@ -70,12 +75,12 @@ def client(runs_dir: Path):
 
 
 def experiment_id(mlflow_client, runs_dir: Path, name: str = EXPERIMENT) -> str:
-    """The id of experiment `name`, created when it is new: with artifacts under `<runs_dir>/artifacts` in the
-    local store, where a tracking server puts them otherwise."""
+    """The id of experiment `name`, created when it is new: with artifacts where a tracking server puts them, else
+    under `<runs_dir>/artifacts` (MLflow's default would be `./mlruns` in the current directory)."""
     experiment = mlflow_client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
-    if not is_local(runs_dir):
+    if is_server(runs_dir):
         return mlflow_client.create_experiment(name)
     artifacts = (Path(runs_dir).resolve() / "artifacts").as_uri()
     return mlflow_client.create_experiment(name, artifact_location=artifacts)

@@ -169,17 +169,19 @@ def _gepa(
     seed: int,
     valset: list | None,
     teacher_settings: dict,
+    raw_metric: Metric,
     reflection_lm: dspy.LM | None = None,
-    budget: str = "light",
+    budget: str | None = None,
     threads: int = 1,
     **_: Any,
 ) -> dspy.Module:
     from ragscale.optimizers.feedback import with_feedback
 
     reflection_lm = reflection_lm or teacher_settings.get("lm") or dspy.settings.lm
+    budget = budget or "light"
     limit = {"auto": budget} if budget in GEPA_BUDGETS else {"max_metric_calls": int(budget)}
-    teleprompter = dspy.GEPA(
-        metric=with_feedback(metric, program), reflection_lm=reflection_lm, seed=seed, num_threads=threads,
+    teleprompter = dspy.GEPA(  # the score is the metric's; the skipped step is told in the feedback, not scored 0
+        metric=with_feedback(raw_metric, program), reflection_lm=reflection_lm, seed=seed, num_threads=threads,
         track_stats=True, **limit,
     )  # fmt: skip
     compiled = teleprompter.compile(program, trainset=trainset, valset=valset or trainset)
@@ -222,7 +224,7 @@ def compile_program(
     threads: int = 1,
     teacher_lm: dspy.LM | None = None,
     reflection_lm: dspy.LM | None = None,
-    budget: str = "light",
+    budget: str | None = None,
 ) -> dspy.Module:
     """Compile ``program`` on ``trainset`` with the teleprompter named ``optimizer`` and return a new program.
 
@@ -251,6 +253,7 @@ def compile_program(
             program,
             list(trainset),
             metric=keeping_behaviour(metric, program),
+            raw_metric=metric,
             max_demos=max_demos,
             max_docs_per_demo=max_docs_per_demo,
             seed=seed,

@@ -66,6 +66,8 @@ class IterDRAG(dspy.Module):
 
     def __init__(self, retriever, k: int = 3, max_iterations: int = 3, resample: int = 3):
         super().__init__()
+        if resample < 0:
+            raise ValueError(f"resample must be >= 0, got {resample}")
         self.retriever, self.k, self.max_iterations, self.resample = retriever, k, max_iterations, resample
         self.decompose = dspy.Predict(Decompose)
         self.answer_sub = dspy.Predict(AnswerSub)
@@ -103,18 +105,25 @@ class IterDRAG(dspy.Module):
     def next_follow_up(self, question: str, follow_ups: list[str]) -> tuple[str, int]:
         """The follow-up the decomposition writes next, and how many times it was drawn again: greedily first,
         then, while it restates ``question``, a new rollout at temperature 1.0 seeded with its number, up to
-        ``resample`` times. Only the kept call is added to DSPy's trace."""
-        lm, outer = dspy.settings.lm, dspy.settings.trace
+        ``resample`` times. Only a kept call that does not restate the question is added to DSPy's trace; a draw
+        that cannot be read ends the drawing (the greedy call's parse error is raised)."""
+        lm, outer, written = dspy.settings.lm, dspy.settings.trace, ""
         for attempt in range(self.resample + 1):
             drawn = {"lm": lm.copy(rollout_id=attempt, temperature=1.0, seed=attempt)} if attempt else {}
-            with dspy.context(trace=[], **drawn):
-                written = follow_up_of(self.decompose(question=question, follow_ups=list(follow_ups)).follow_up or "")
-                calls = list(dspy.settings.trace)
+            try:
+                with dspy.context(trace=[], **drawn):
+                    step = self.decompose(question=question, follow_ups=list(follow_ups))
+                    calls = list(dspy.settings.trace)
+            except AdapterParseError:
+                if attempt == 0:
+                    raise
+                return written, attempt  # an unreadable draw: the restated follow-up stands, and ends the loop
+            written = follow_up_of(step.follow_up or "")
             if same_question(written) != same_question(question):
-                break
-        if outer is not None:
-            outer.extend(calls)
-        return written, attempt
+                if outer is not None:
+                    outer.extend(calls)
+                return written, attempt
+        return written, self.resample  # restated after every draw: no call of it is a demonstration
 
     def forward(self, question: str) -> dspy.Prediction:
         rankings = [self.retriever(question, self.k)]

@@ -169,6 +169,7 @@ def add_compare(subparsers) -> None:
         help="PNG of EM and F1 with 95%% CIs and effective context per run, written with the markdown table beside "
         "it (.md) and logged to MLflow as a compare run (default: <runs-dir>/compare.png)",
     )
+    compare.add_argument("--no-chart", dest="no_chart", action="store_true", help="print the table only")
     compare.set_defaults(func=cmd_compare)
 
 
@@ -191,7 +192,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"no finished runs in {tracking.tracking_uri(args.runs_dir)}", file=sys.stderr)
         return 1
     chart = args.chart or args.runs_dir / "compare.png"
-    check_output_file(chart, "--chart")
+    if not args.no_chart:
+        if chart.suffix != ".png":
+            raise ConfigError(f"--chart {chart} must be a .png file")
+        check_output_file(chart, "--chart")
     try:
         rows = compare_runs(
             runs, baseline=args.baseline, latest_only=not args.all_runs, resamples=args.resamples, seed=args.seed
@@ -208,13 +212,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(table)
     else:
         print(json.dumps(rows_to_json(rows), indent=2) if args.format == "json" else format_csv(rows), end="\n")
-    plot(rows, runs, chart, seed=args.seed)
-    chart.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
-    run_id = tracking.start_run(args.runs_dir, run_name=f"compare-{len(rows)}-runs", params={"runs": len(rows)},
-                                kind="compare")  # fmt: skip
-    tracking.log_artifacts(args.runs_dir, run_id, [chart, chart.with_suffix(".md")])
-    tracking.end_run(args.runs_dir, run_id)
-    print(f"chart: {chart} (and {chart.with_suffix('.md').name}); MLflow run {run_id}", file=sys.stderr)
+    if not args.no_chart:
+        plot(rows, runs, chart, resamples=args.resamples, seed=args.seed)
+        chart.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
+        run_id = tracking.start_run(args.runs_dir, run_name=f"compare-{len(rows)}-runs", params={"runs": len(rows)},
+                                    kind="compare")  # fmt: skip
+        try:
+            tracking.log_artifacts(args.runs_dir, run_id, [chart, chart.with_suffix(".md")])
+        except BaseException:
+            tracking.end_run(args.runs_dir, run_id, status="FAILED")
+            raise
+        tracking.end_run(args.runs_dir, run_id)
+        print(f"chart: {chart} (and {chart.with_suffix('.md').name}); MLflow run {run_id}", file=sys.stderr)
     if args.json_path is not None:
         write_json(args.json_path, rows_to_json(rows), indent=2)
     return 0

@@ -227,7 +227,19 @@ def test_a_follow_up_that_restates_the_question_is_drawn_again_and_only_the_kept
     assert draws == [dict(rollout_id=n, temperature=1.0, seed=n) for n in (1, 2)]  # the first call was greedy
 
 
-def test_restated_follow_ups_end_the_loop_once_the_draws_are_spent():
+def test_restated_follow_ups_end_the_loop_once_the_draws_are_spent_and_none_of_them_is_traced():
     lm = DummyLM([{"follow_up": QUESTION}] * 3 + [{"answer": "Tolkien"}])
-    pred = run(IterDRAG(TableRetriever([passage("A")]), k=1, resample=2), lm)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(), trace=[]):
+        pred = IterDRAG(TableRetriever([passage("A")]), k=1, resample=2)(question=QUESTION)
+        traced = [outputs.get("follow_up") for _, _, outputs in dspy.settings.trace]
     assert (pred.sub_questions, pred.redrawn, pred.stop, pred.answer) == ([], 2, "repeated_follow_up", "Tolkien")
+    assert traced == [None]  # the answer only
+
+
+def test_an_unreadable_draw_ends_the_drawing_and_the_restated_follow_up_ends_the_loop():
+    lm = DummyLM([{"follow_up": QUESTION}, {"answer": "not a follow-up"}, {"answer": "Tolkien"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+        pred = IterDRAG(TableRetriever([passage("A")]), k=1)(question=QUESTION)
+    assert (pred.sub_questions, pred.redrawn, pred.stop, pred.answer) == ([], 1, "repeated_follow_up", "Tolkien")
+    with pytest.raises(ValueError, match="resample must be >= 0"):
+        IterDRAG(TableRetriever([]), resample=-1)

@@ -19,9 +19,17 @@ def run_closed_book(data_dir, runs_dir, *extra: str) -> int:
     )  # fmt: skip
 
 
+def no_tracking_uri(monkeypatch) -> None:
+    """MLFLOW_TRACKING_URI unset for the test and restored after it, also when the CLI sets it (``--tracking-uri``):
+    set first, so that monkeypatch records and restores the variable."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "unset")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+
+
 def test_runs_go_to_the_flag_over_the_environment_over_the_local_store(data_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    no_tracking_uri(monkeypatch)
     runs_dir = tmp_path / "runs"
     assert tracking.tracking_uri(runs_dir) == f"sqlite:///{runs_dir.resolve()}/mlflow.db"
     assert tracking.is_local(runs_dir)
@@ -39,6 +47,7 @@ def test_runs_go_to_the_flag_over_the_environment_over_the_local_store(data_dir,
 
     assert len(runs_in(environment)) == len(runs_in(flag)) == 1
     assert not (runs_dir / "mlflow.db").exists()  # the local store was never opened
+    assert (runs_dir / "artifacts").is_dir() and not (tmp_path / "mlruns").exists()  # not MLflow's ./mlruns
 
 
 @pytest.mark.server
@@ -46,7 +55,7 @@ def test_run_and_compare_against_a_real_mlflow_tracking_server(data_dir, tmp_pat
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    no_tracking_uri(monkeypatch)
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     server = tmp_path / "server"
@@ -63,7 +72,8 @@ def test_run_and_compare_against_a_real_mlflow_tracking_server(data_dir, tmp_pat
         assert "closed-book" in table and "66.7" in table  # q4 and q5 of the script are right, q6 wrong
 
         client = MlflowClient(tracking_uri=uri)
-        [run] = client.search_runs([client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id])
+        experiment = client.get_experiment_by_name(tracking.EXPERIMENT).experiment_id
+        [run] = client.search_runs([experiment], filter_string=f"tags.`{tracking.RUN_KIND_TAG}` = 'run'")
         assert run.info.run_id in summary_out and run.info.status == "FINISHED"
         assert run.data.params["method"] == "closed-book" and run.data.metrics["em"] == pytest.approx(66.67, 0.01)
         logged = {a.path for a in client.list_artifacts(run.info.run_id)}
