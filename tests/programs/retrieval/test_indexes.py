@@ -3,6 +3,7 @@
 import copy
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import dspy
@@ -210,7 +211,7 @@ def test_a_deep_copied_program_shares_its_retriever_and_index(dense, corpus, tmp
 
 @pytest.mark.server
 def test_a_chroma_server_given_by_url_serves_the_dense_index(corpus, tmp_path):
-    chroma = shutil.which("chroma")
+    chroma = shutil.which("chroma") or shutil.which("chroma", path=str(Path(sys.executable).parent))  # the venv's
     if chroma is None:
         pytest.fail("the chroma CLI is not installed (it comes with chromadb)")
     port = free_port()
