@@ -7,8 +7,9 @@
 For each dataset it runs, in this order (the claims first, so a benchmark cut short has them): IterDRAG
 uncompiled, compiled and with labelled demonstrations (``labeled``: MuSiQue's gold decompositions, with the
 documents retrieved for each step, where the data has them; no teacher), RAG uncompiled, DRAG compiled,
-closed-book uncompiled, Self-RAG and CRAG compiled and uncompiled, closed-book compiled, and the two oracle rows:
-the RAG program given the question's gold paragraphs, and given all its paragraphs (``OracleRetriever``).
+closed-book uncompiled, Self-RAG and CRAG compiled and uncompiled, closed-book compiled, the two oracle rows (the
+RAG program given the question's gold paragraphs, and given all its paragraphs: ``OracleRetriever``), and last
+DRAG and IterDRAG compiled by GEPA (the teacher reflects; GEPA's light budget) to set beside bootstrap.
 "Compiled" is ``bootstrap`` with the teacher LM running DSPy's teacher program on the first ``--train-limit``
 train questions (2 demonstrations of at most 3 documents each); the student LM answers the first ``--limit`` dev
 questions (hybrid retrieval, k = 5, 8 threads, DSPy's cache off).
@@ -46,6 +47,8 @@ CELLS = (
     ("closed-book", "bootstrap"),
     ("oracle-gold", "none"),
     ("oracle-all", "none"),
+    ("drag", "gepa"),
+    ("iterdrag", "gepa"),
 )
 """(method or oracle row, optimizer), in the order they run."""
 
@@ -64,6 +67,8 @@ PAIRS = (
     ("CRAG compiled vs uncompiled", ("crag", "bootstrap"), ("crag", "none")),
     ("closed-book compiled vs uncompiled", ("closed-book", "bootstrap"), ("closed-book", "none")),
     ("RAG vs closed-book", ("rag", "none"), ("closed-book", "none")),
+    ("DRAG GEPA vs bootstrap", ("drag", "gepa"), ("drag", "bootstrap")),
+    ("IterDRAG GEPA vs bootstrap", ("iterdrag", "gepa"), ("iterdrag", "bootstrap")),
 )
 
 
