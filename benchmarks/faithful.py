@@ -2,7 +2,7 @@
 
     python benchmarks/faithful.py [--datasets hotpotqa,musique] [--limit 100] [--train-limit 16]
                                   [--lm qwen2.5-coder-0.5b] [--teacher qwen2.5-coder-1.5b]
-                                  [--out-dir runs/faithful] [--json FILE]
+                                  [--out-dir runs/faithful] [--gepa-budget light] [--json FILE]
 
 For each dataset it runs, in this order (the claims first, so a benchmark cut short has them): IterDRAG
 uncompiled, compiled and with labelled demonstrations (``labeled``: MuSiQue's gold decompositions, with the
@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", help="comma-separated row:optimizer cells to run (default: all, in order)")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--out-dir", type=Path, default=Path("runs/faithful"))
+    parser.add_argument("--gepa-budget", default="light", help="the GEPA cells' budget: light, medium, heavy or N calls")
     parser.add_argument("--json", type=Path, help="write every summary and comparison as one JSON file")
     args = parser.parse_args(argv)
     cells = CELLS
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 optimizer=optimizer,
                 lm=args.lm,
                 teacher=args.teacher if compiled else None,
+                budget=args.gepa_budget if optimizer == "gepa" else None,
                 k=20 if oracle else 5,
                 max_demos=2,
                 max_docs_per_demo=3,
@@ -204,12 +206,15 @@ def main(argv: list[str] | None = None) -> int:
             lm = lm or load_named_lm(args.lm, cache=False)
             if compiled:
                 teacher = teacher or load_named_lm(args.teacher, cache=False)
+            taught_by = teacher
+            if optimizer == "gepa":  # the teacher reflects: room for a rewritten instruction (the engine is shared)
+                taught_by = load_named_lm(args.teacher, cache=False, max_tokens=1024)
             retriever = None
             if oracle:
                 retriever = OracleRetriever(load_examples(config)[1], gold_only=row == "oracle-gold")
             start = time.perf_counter()
             summary = run_experiment(
-                config, lm=lm, teacher_lm=teacher if compiled else None, retriever=retriever, progress=False
+                config, lm=lm, teacher_lm=taught_by if compiled else None, retriever=retriever, progress=False
             )
             summary["row"], summary["benchmark_wall_s"] = row, round(time.perf_counter() - start, 1)
             write_json(path, summary, indent=2)
