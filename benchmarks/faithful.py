@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", help="comma-separated row:optimizer cells to run (default: all, in order)")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--out-dir", type=Path, default=Path("runs/faithful"))
-    parser.add_argument("--gepa-budget", default="light", help="the GEPA cells' budget: light, medium, heavy or N calls")
+    parser.add_argument("--gepa-budget", default="light", help="GEPA cells: light, medium, heavy or N metric calls")
     parser.add_argument("--json", type=Path, help="write every summary and comparison as one JSON file")
     args = parser.parse_args(argv)
     cells = CELLS
