@@ -1,0 +1,61 @@
+"""What does ``--trace`` cost? The same run with and without MLflow traces of its questions.
+
+    python benchmarks/trace_overhead.py [--lm smollm2-135m] [--method rag] [--limit 20] [--rounds 2] [--json FILE]
+
+Runs ``run_experiment`` (the path of ``ragscale run``) on the first ``--limit`` HotpotQA dev questions, untraced
+and traced in turn for ``--rounds`` rounds, each a fresh run in a temporary runs directory with DSPy's cache off and
+the model loaded once; reports the evaluation seconds of each and the traced/untraced ratio of their medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from ragscale.experiments.files import write_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lm", default="smollm2-135m")
+    parser.add_argument("--method", default="rag")
+    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+
+    from ragscale.experiments.cli import prepare_process
+
+    prepare_process()
+    from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.runner import load_lm_for, run_experiment
+
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as runs:
+        lm = None
+        for round_ in range(args.rounds):
+            for traced in (False, True):
+                config = RunConfig(method=args.method, dataset="hotpotqa", lm=args.lm, limit=args.limit,
+                                   threads=args.threads, cache=False, trace=traced, runs_dir=Path(runs),
+                                   run_name=f"{'traced' if traced else 'untraced'}-{round_}")  # fmt: skip
+                lm = lm or load_lm_for(config)
+                summary = run_experiment(config, lm=lm, progress=False, fresh=True)
+                seconds[traced].append(summary["eval_s"])
+    untraced, traced = (statistics.median(seconds[t]) for t in (False, True))
+    print(f"\n{args.method} on {args.limit} HotpotQA questions, {args.lm}, {args.threads} threads\n")
+    print("| tracing | eval s per round | median s |\n|---|---|--:|")
+    for flag, median in ((False, untraced), (True, traced)):
+        print(f"| {'on' if flag else 'off'} | {', '.join(f'{s:.1f}' for s in seconds[flag])} | {median:.1f} |")
+    print(f"\ntraced / untraced: {traced / untraced:.3f}")
+    if args.json:
+        write_json(args.json, {"lm": args.lm, "method": args.method, "limit": args.limit,
+                               "seconds": {"off": seconds[False], "on": seconds[True]},
+                               "ratio": traced / untraced}, indent=2)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
