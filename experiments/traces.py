@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def tracing(runs_dir: Path, run_id: str) -> Iterator[None]:
 
     from ragscale.experiments import tracking
 
+    previous = os.environ.get("MLFLOW_TRACKING_URI")  # mlflow.set_tracking_uri also sets it for the process
     mlflow.set_tracking_uri(tracking.tracking_uri(runs_dir))
     mlflow.set_experiment(experiment_id=tracking.experiment_id(tracking.client(runs_dir), runs_dir))
     mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True, silent=True)
@@ -48,6 +50,10 @@ def tracing(runs_dir: Path, run_id: str) -> Iterator[None]:
         _RUN.reset(token)
         mlflow.dspy.autolog(disable=True, silent=True)
         mlflow.flush_trace_async_logging()
+        if previous is None:  # later runs of this process track where they would have
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = previous
         link(runs_dir, run_id)
 
 

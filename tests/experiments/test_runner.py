@@ -1,6 +1,7 @@
 """The experiment runner: tracked runs, per-question records, failures that do not stop a run."""
 
 import json
+import os
 from pathlib import Path
 
 import dspy
@@ -214,6 +215,7 @@ def test_a_traced_run_links_one_trace_per_question_with_its_lm_calls_as_spans(tm
 
     cfg = config(tmp_path, data_dir, trace=True)
     summary = run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
+    assert "MLFLOW_TRACKING_URI" not in os.environ  # tracing leaves where later runs track as it was
     client = tracking.client(cfg.runs_dir)
     where = [tracking.experiment_id(client, cfg.runs_dir)]
     traces = client.search_traces(locations=where, run_id=summary["mlflow_run_id"], include_spans=True)
