@@ -2,7 +2,7 @@
 
     python benchmarks/graders.py [--lm qwen2.5-coder-0.5b] [--teacher qwen2.5-coder-1.5b] [--limit 50]
                                  [--train-limit 32] [--optimizers none,labeled,bootstrap] [--max-demos 4]
-                                 [--json FILE]
+                                 [--calibrate] [--json FILE]
 
 The labels come from the data: for each question, one supporting paragraph ("relevant") and one other paragraph
 of the question ("irrelevant"), so half of the passages are relevant (`ragscale.optimizers.graders.grade_examples`).
@@ -11,7 +11,9 @@ Each optimizer compiles a fresh `Predict(Grade)` on the first `--train-limit` Ho
 questions: accuracy, recall of each label, how often the grader said "ambiguous" (never right: the labels are
 binary), and the LM calls and wall time of compiling and of grading. With `--teacher`, bootstrap's traces are the
 teacher's (the graders compiled on the larger model's traces); `labeled` compiles on the labels alone. The LM
-graded with is always `--lm`. DSPy's cache is off.
+graded with is always `--lm`. DSPy's cache is off. With `--calibrate`, each optimizer's grader is scored a second
+time after learning the prior its prompt gives on content-free inputs (`ragscale.programs.calibration`, the path
+`ragscale run` takes on the local engine), as the row "<optimizer> + calibration".
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimizers", default="none,labeled,bootstrap")
     parser.add_argument("--max-demos", type=int, default=4)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--calibrate", action="store_true", help="also score each grader calibrated")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.experiments.runner import load_named_lm
     from ragscale.optimizers.graders import compile_graders, grade_examples
     from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
+    from ragscale.programs.calibration import CalibratedPredict
     from ragscale.programs.lm import make_adapter, meter
     from ragscale.signatures import Grade
 
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             with meter() as usage:
                 grader = compile_graders(
-                    dspy.Predict(Grade),
+                    CalibratedPredict(Grade),
                     train,
                     optimizer=optimizer,
                     max_demos=args.max_demos,
@@ -101,6 +105,16 @@ def main(argv: list[str] | None = None) -> int:
             row.update(score(grader, dev, args.threads))
             rows.append(row)
             print(json.dumps(row), flush=True)
+            if args.calibrate:
+                start = time.perf_counter()
+                with meter() as usage:
+                    grader.calibrate(lm=lm)
+                row = {**row, "optimizer": f"{optimizer} + calibration", "calibration": grader.calibration,
+                       "compile_lm_calls": row["compile_lm_calls"] + usage.calls,
+                       "compile_s": row["compile_s"] + time.perf_counter() - start}  # fmt: skip
+                row.update(score(grader, dev, args.threads))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
 
     taught = f", bootstrap taught by {args.teacher}" if args.teacher else ""
     sizes = f"{len(dev)} HotpotQA dev passages ({args.limit} questions), {len(train)} train questions"

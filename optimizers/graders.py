@@ -12,14 +12,22 @@ one label answers that label to every passage, and the teleprompters alone often
 four labelled examples can be all "irrelevant"; a teacher that calls every passage relevant passes the metric only
 on the relevant ones). What the teleprompter kept comes first, label by label; a label it kept too few of is
 topped up with labelled examples, as bootstrap tops up a predictor it left short.
+
+With ``calibrate`` (what ``ragscale run`` asks for when the LM scores a closed choice's options: the local engine),
+each grader then learns the prior its new prompt gives on content-free inputs and grades against it
+(``ragscale.programs.calibration``): a small model calls nearly every passage relevant otherwise.
 """
 
+import logging
 from collections.abc import Sequence
 
 import dspy
 
+from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval import Passage, format_passage
 from ragscale.signatures import Grade
+
+logger = logging.getLogger(__name__)
 
 
 def grade_examples(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
@@ -69,11 +77,19 @@ def graders(program: dspy.Module) -> list[dspy.Predict]:
 
 
 def compile_graders(
-    program: dspy.Module, trainset: Sequence[dspy.Example], *, optimizer: str, max_demos: int = 4, **kwargs
+    program: dspy.Module,
+    trainset: Sequence[dspy.Example],
+    *,
+    optimizer: str,
+    max_demos: int = 4,
+    calibrate: bool = False,
+    **kwargs,
 ) -> dspy.Module:
     """Compile one ``Predict(Grade)`` on ``grade_examples(trainset)`` with ``optimizer`` and give its demos and
-    instructions to every grader of ``program`` (changed in place and returned). ``kwargs`` go to
-    ``compile_program`` (lm, adapter, seed, ...). A program without graders, or ``none``, is returned as it is."""
+    instructions to every grader of ``program`` (changed in place and returned); with ``calibrate``, each grader
+    (a ``CalibratedPredict``) then learns its prior on content-free inputs with ``kwargs["lm"]``, the LM that will
+    grade. ``kwargs`` go to ``compile_program`` (lm, adapter, seed, ...). A program without graders, or ``none``,
+    is returned as it is."""
     from ragscale.optimizers.teleprompters import compile_program
 
     targets = graders(program)
@@ -90,4 +106,10 @@ def compile_graders(
     for target in targets:
         target.demos = [dspy.Example(dict(demo.items())) for demo in demos]
         target.signature = target.signature.with_instructions(learned.signature.instructions)
+        if calibrate:
+            if not isinstance(target, CalibratedPredict):
+                raise ValueError(f"compile_graders(calibrate=True): the grader {target!r} is not a CalibratedPredict")
+            with dspy.context(adapter=kwargs.get("adapter") or dspy.settings.adapter):
+                target.calibrate(lm=kwargs.get("lm"))
+            logger.info("grader calibrated: prior %s", {k: round(v, 3) for k, v in target.calibration.items()})
     return program

@@ -12,6 +12,7 @@ labels), ``Predict(Rewrite)`` the query rewriter, ``Predict(Answer)`` the genera
 
 import dspy
 
+from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, Grade
 from ragscale.signatures.methods import Rewrite
@@ -26,7 +27,7 @@ class CRAG(dspy.Module):
         super().__init__()
         self.retriever, self.k, self.fallback = retriever, k, fallback
         self.fallback_k = fallback_k or 3 * k  # depth of the second search, before graded passages are dropped
-        self.grade = dspy.Predict(Grade)
+        self.grade = CalibratedPredict(Grade)
         self.rewrite = dspy.Predict(Rewrite)
         self.answer = dspy.Predict(Answer)
 

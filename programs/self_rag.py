@@ -12,6 +12,7 @@ round by (support, usefulness) gives the answer. Without retrieval, ``Predict(An
 
 import dspy
 
+from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, AnswerClosedBook, Grade
 from ragscale.signatures.methods import CheckSupport, DecideRetrieval, RateUsefulness, Rewrite
@@ -26,7 +27,7 @@ class SelfRAG(dspy.Module):
         super().__init__()
         self.retriever, self.k, self.max_rounds, self.min_usefulness = retriever, k, max_rounds, min_usefulness
         self.decide = dspy.Predict(DecideRetrieval)
-        self.grade = dspy.Predict(Grade)
+        self.grade = CalibratedPredict(Grade)
         self.answer = dspy.Predict(Answer)
         self.check_support = dspy.Predict(CheckSupport)
         self.rate = dspy.Predict(RateUsefulness)

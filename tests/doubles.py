@@ -1,8 +1,11 @@
 """Test doubles shared by several test modules (``pythonpath = ["tests"]`` makes them importable as ``doubles``)."""
 
+import json
+
 import dspy
 from dspy.lm15 import Message, Response, TextPart, Usage
 
+from ragscale.programs.lm.engine import choice_logprobs, enum_choices
 from ragscale.programs.lm.meter import MeteredLM
 from ragscale.programs.retrieval import Passage
 
@@ -146,3 +149,36 @@ def scripted_lm(script: dict[str, str]) -> MeteredLM:
 
 # q4, q5 answered right, q6 wrong.
 SCRIPT = {FACTS[4][2]: "1788", FACTS[5][2]: "Teodor Haskel", FACTS[6][2]: "the Mirren Sea"}
+
+
+class BiasedGrader:
+    """An engine that scores a closed choice's options like a small model with a prior: "relevant" leads on every
+    passage by 0.8 nats, and the passage moves the scores by less than that (+0.5 relevant for the Shakespeare
+    passage, +0.3 irrelevant for the Eiffel one), so the uncalibrated choice is always "relevant"."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def complete(self, request):
+        prompt = "\n".join(m.text or "" for m in request.messages)
+        self.prompts.append(prompt)
+        options = enum_choices(request.config.response_format)
+        scores = {"relevant": -0.2, "ambiguous": -3.0, "irrelevant": -1.0}
+        last = request.messages[-2].text  # the user turn (the last message is the pre-filled header)
+        scores["relevant"] += 0.5 * ("Shakespeare" in last)
+        scores["irrelevant"] += 0.3 * ("Eiffel" in last)
+        values = [scores[o] for o in options]
+        best = max(range(len(options)), key=values.__getitem__)
+        return Response(
+            id=None,
+            model="biased",
+            message=Message.assistant(json.dumps(options[best])),
+            finish_reason="stop",
+            usage=Usage(input_tokens=len(prompt.split()), output_tokens=1),
+            logprobs=(choice_logprobs(options, values, best),),
+        )
+
+
+def biased_lm(engine: BiasedGrader) -> MeteredLM:
+    """A metered dspy.LM over a ``BiasedGrader``."""
+    return MeteredLM("local/biased", engine=engine, cache=False, num_retries=0, context_window=4096)

@@ -34,6 +34,9 @@ Closed choices (`Literal[...]`, an `Enum`, `bool`) are constrained, not generate
 each option's log-likelihood after the pre-filled header and replies with the most likely one, so a closed choice
 always parses even from a 135M model; an OpenAI-compatible server that supports structured outputs (vLLM, SGLang,
 Ollama) constrains its decoding to the same schema. `constrain_choices=False` generates them as free text instead.
+When a call asks for `logprobs` and the LM scored the options (the local engine does), the prediction also carries
+`choice_logprobs`: `{field: {option: log-likelihood}}`, which a calibrated choice (`ragscale.programs.calibration`)
+reads.
 
 Every output is coerced to the field's type (``coerce.py``); a value that cannot be, an empty or pure-template-junk
 string included, gets one reworded request and then raises `FieldParseError`, naming the signature, the field and
@@ -69,6 +72,9 @@ from ragscale.programs.lm.coerce import (
 __all__ = ["FieldAdapter"]
 
 logger = logging.getLogger(__name__)
+
+CHOICE_LOGPROBS = "choice_logprobs"
+"""The prediction key of a closed choice's option scores, when the call asked for logprobs and the LM gave them."""
 
 LONG_TEXT_HINTS: tuple[str, ...] = (
     "reasoning",
@@ -127,14 +133,16 @@ class FieldAdapter(dspy.Adapter):
     ) -> list[dict[str, Any]]:
         results = []
         for plan in self._plans(lm, lm_kwargs, signature, demos, inputs):
+            scores: dict[str, dict[str, float]] = {}
             try:
                 messages, kwargs = next(plan)
                 while True:
                     with adapter_message_call(lm, messages):
-                        text = _text_of(lm(messages=messages, **kwargs))
-                    messages, kwargs = plan.send(text)
+                        output = lm(messages=messages, **kwargs)
+                    scores.update(_choice_scores(kwargs, output))
+                    messages, kwargs = plan.send(_text_of(output))
             except StopIteration as done:
-                results.append(done.value)
+                results.append({**done.value, CHOICE_LOGPROBS: scores} if scores else done.value)
         return results
 
     async def acall(
@@ -147,14 +155,16 @@ class FieldAdapter(dspy.Adapter):
     ) -> list[dict[str, Any]]:
         results = []
         for plan in self._plans(lm, lm_kwargs, signature, demos, inputs):
+            scores: dict[str, dict[str, float]] = {}
             try:
                 messages, kwargs = next(plan)
                 while True:
                     with adapter_message_call(lm, messages):
-                        text = _text_of(await lm.acall(messages=messages, **kwargs))
-                    messages, kwargs = plan.send(text)
+                        output = await lm.acall(messages=messages, **kwargs)
+                    scores.update(_choice_scores(kwargs, output))
+                    messages, kwargs = plan.send(_text_of(output))
             except StopIteration as done:
-                results.append(done.value)
+                results.append({**done.value, CHOICE_LOGPROBS: scores} if scores else done.value)
         return results
 
     def requests(
@@ -482,6 +492,18 @@ def _is_server(lm) -> bool:
     if spec is None:
         return bool(getattr(lm, "kwargs", {}).get("api_base")) or "/" in str(getattr(lm, "model", ""))
     return isinstance(spec, str)
+
+
+def _choice_scores(kwargs: dict[str, Any], outputs) -> dict[str, dict[str, float]]:
+    """``{field: {option: log-likelihood}}`` of a closed-choice call whose reply carries its options' scores (the
+    local engine's, when the call asked for ``logprobs``), else ``{}``."""
+    schema = (kwargs.get("response_format") or {}).get("json_schema") or {}
+    first = outputs[0] if outputs else None
+    logprobs = first.get("logprobs") if isinstance(first, dict) else None
+    content = (logprobs or {}).get("content") or []
+    if not schema.get("name") or not content or not content[0].get("top_logprobs"):
+        return {}
+    return {schema["name"]: {top["token"]: float(top["logprob"]) for top in content[0]["top_logprobs"]}}
 
 
 def _text_of(outputs) -> str:

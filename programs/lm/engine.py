@@ -34,7 +34,8 @@ is passed as ``dspy.LM(model, engine=...)``, so DSPy keeps owning caching, retri
   adapter sends for a ``Literal``, ``Enum`` or ``bool`` output field) is not sampled. Every option is appended to
   the prompt (after a space) and scored by the sum of its tokens' log-probabilities. Each request's prompt is
   prefilled once (shared prefix reused), then all options of all such requests are scored in one more forward
-  pass over that cache; the reply is the most likely option as a JSON string, so it always parses. Any other
+  pass over that cache; the reply is the most likely option as a JSON string, so it always parses, and its
+  ``logprobs`` hold every option's score (``choice_logprobs``), which a call asking for logprobs gets. Any other
   JSON schema is refused (``UnsupportedFeatureError``) rather than ignored.
 - Shutdown: ``close()`` stops the worker and joins it. At interpreter exit an ``atexit`` hook (``_stop_workers``)
   closes every engine whose worker runs, after the forward pass it is in: a worker thread left running into the
@@ -97,6 +98,16 @@ class _Running:
     mask: Any
     next_pos: Any
     logits: Any
+
+
+def choice_logprobs(choices: list[str], scores: list[float], best: int) -> Any:
+    """A constrained choice's log-likelihoods as one ``TokenLogprob``: the chosen option, with every option and
+    its score (the sum of its tokens' log-probabilities) as the top alternatives. What DSPy returns as an output's
+    ``logprobs`` when a call asks for them (``logprobs=True``): a calibrated choice reads it."""
+    from dspy.lm15 import TokenLogprob, TopLogprob
+
+    top = tuple(TopLogprob(token=c, logprob=s) for c, s in zip(choices, scores, strict=True))
+    return TokenLogprob(token=choices[best], logprob=scores[best], top=top)
 
 
 def enum_choices(response_format: Any) -> list[str] | None:
@@ -254,7 +265,12 @@ class TorchEngine:
             usage = Usage(input_tokens=len(ids), output_tokens=job.n_out)
             text = json.dumps(choices[job.tokens[0]])
             return Response(
-                id=None, model=request.model, message=Message.assistant(text), finish_reason="stop", usage=usage
+                id=None,
+                model=request.model,
+                message=Message.assistant(text),
+                finish_reason="stop",
+                usage=usage,
+                logprobs=(choice_logprobs(choices, job.scores, job.tokens[0]),),
             )
         with self._tok_lock:
             text = self.tokenizer.decode(job.tokens[job.text_start :], skip_special_tokens=True)

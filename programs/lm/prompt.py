@@ -84,6 +84,11 @@ def chat(lm: Any, messages: Sequence[Mapping[str, str]], **config: Any) -> str:
     """``lm``'s reply text to ``messages`` ({"role", "content"} dicts: system, user, assistant; a trailing
     assistant message is continued by a local engine); ``config`` holds ``dspy.lm15.Config`` fields (max_tokens,
     stop, temperature, seed, response_format) over the LM's own settings of those fields."""
+    return lm(chat_request(lm, messages, **config)).text or ""
+
+
+def chat_request(lm: Any, messages: Sequence[Mapping[str, str]], **config: Any) -> Any:
+    """The ``dspy.lm15.Request`` that ``chat`` sends (calling ``lm`` with it returns the whole ``Response``)."""
     import dataclasses
 
     from dspy import lm15
@@ -93,10 +98,9 @@ def chat(lm: Any, messages: Sequence[Mapping[str, str]], **config: Any) -> str:
 
     turns = {"user": lm15.Message.user, "assistant": lm15.Message.assistant}
     system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
-    request = lm15.Request(
+    return lm15.Request(
         model=lm.model,
         messages=tuple(turns[m["role"]](m["content"]) for m in messages if m["role"] != "system"),
         system=system,
         config=lm15.Config(**config),
     )
-    return lm(request).text or ""

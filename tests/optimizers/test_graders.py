@@ -3,11 +3,14 @@
 from pathlib import Path
 
 import dspy
+import pytest
+from doubles import BiasedGrader, biased_lm
 from dspy.utils import DummyLM
 
 from ragscale.data import load_jsonl
 from ragscale.optimizers.graders import balance_labels, compile_graders, grade_examples, grade_match, graders
 from ragscale.programs import CRAG, RAG
+from ragscale.programs.lm import make_adapter
 from ragscale.programs.retrieval import Passage
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hotpotqa_mini.jsonl"
@@ -73,3 +76,30 @@ def test_none_leaves_the_graders_untrained():
     program = CRAG(no_retrieval, k=2)
     compile_graders(program, load_jsonl(FIXTURE), optimizer="none")
     assert program.grade.demos == []
+
+
+def test_calibrated_graders_learn_the_prior_of_their_compiled_prompt_on_the_lm_that_grades():
+    engine = BiasedGrader()
+    lm = biased_lm(engine)
+    program = CRAG(no_retrieval, k=2)
+    compile_graders(
+        program,
+        load_jsonl(FIXTURE),
+        optimizer="labeled",
+        max_demos=4,
+        calibrate=True,
+        lm=lm,
+        adapter=make_adapter("field"),
+    )
+    assert set(program.grade.calibration) == {"relevant", "ambiguous", "irrelevant"}
+    assert len(engine.prompts) == 3  # one call per content-free input, each with the four demonstrations
+    assert all(demo.document in prompt for prompt in engine.prompts for demo in program.grade.demos)
+    uncalibrated = CRAG(no_retrieval, k=2)
+    compile_graders(uncalibrated, load_jsonl(FIXTURE), optimizer="labeled", max_demos=4, lm=lm)
+    assert uncalibrated.grade.calibration is None
+
+
+def test_calibrating_graders_on_an_lm_without_option_scores_fails_naming_it():
+    lm = DummyLM([{"grade": "relevant"}] * 10)
+    with pytest.raises(ValueError, match="returned no scores"):
+        compile_graders(CRAG(no_retrieval, k=2), load_jsonl(FIXTURE), optimizer="labeled", calibrate=True, lm=lm)

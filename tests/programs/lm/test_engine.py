@@ -9,6 +9,7 @@ import pytest
 from ragscale.programs.lm import chat, context_window, count_tokens
 from ragscale.programs.lm.engine import TorchEngine, _Job
 from ragscale.programs.lm.prefix_cache import common_prefix
+from ragscale.programs.lm.prompt import chat_request
 
 pytestmark = pytest.mark.slow
 
@@ -237,6 +238,11 @@ def test_a_closed_choice_is_the_option_with_the_highest_log_likelihood(lm, engin
             logp = engine.model(torch.tensor([full])).logits[0].float().log_softmax(-1)
         scores[option] = sum(float(logp[i - 1, full[i]]) for i in range(start, len(full)))
     assert reply == json.dumps(max(scores, key=scores.get)) == '"Paris"'
+    # the reply carries every option's score, which a call asking for logprobs gets (calibration reads them)
+    response = lm(chat_request(lm, messages, response_format=enum_format(options)))
+    (chosen,) = response.logprobs
+    assert chosen.token == "Paris" and chosen.logprob == pytest.approx(scores["Paris"], abs=1e-3)
+    assert {t.token: t.logprob for t in chosen.top} == pytest.approx(scores, abs=1e-3)
 
 
 def test_a_batch_of_choices_scores_every_option_as_a_from_scratch_pass_does(engine):

@@ -1,0 +1,94 @@
+"""Contextual calibration of a closed choice (Zhao et al. 2021, "Calibrate Before Use").
+
+A small model choosing between options brings a prior that does not depend on the input: Qwen 0.5B grades every
+passage "relevant", whatever it says, and demonstrations move that only a little. Calibration measures the
+prior with the predictor's own prompt (its instructions and demonstrations) on content-free inputs ("N/A", "" and
+"[MASK]" in every input field), averages the options' probabilities over them, and then picks, for a real input,
+the option that maximises log p(option | input) - log p(option | content-free): the paper's diagonal correction,
+which leaves a model without a prior unchanged.
+
+``CalibratedPredict`` is a ``dspy.Predict`` for a signature with one closed-choice output (a ``Literal``, an
+``Enum`` or a ``bool``). Until ``calibrate`` runs it predicts as ``Predict`` does; ``calibrate`` learns the prior
+for the demonstrations it has then (run it again after they change), and the prior is saved with the program
+(``dump_state``, key ``calibration``). It needs an LM that scores the options of a closed choice and returns the
+scores (the local engine, through the field adapter: ``choice_logprobs``); another LM gets a ``ValueError`` that
+names it, not an uncalibrated answer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import dspy
+
+from ragscale.programs.lm.adapter import CHOICE_LOGPROBS
+from ragscale.programs.lm.coerce import choices_of, coerce_field
+
+CONTENT_FREE = ("N/A", "", "[MASK]")
+"""The content-free inputs of the paper, each put in every input field."""
+
+
+def scores_choices(lm: Any) -> bool:
+    """True when ``lm`` scores the options of a closed choice and returns the scores: the local engine."""
+    return callable(getattr(getattr(lm, "engine", None), "choose", None))
+
+
+class CalibratedPredict(dspy.Predict):
+    """``Predict`` whose closed-choice output is corrected by the prior the prompt gives on content-free input."""
+
+    def __init__(self, signature, **config):
+        super().__init__(signature, **config)
+        closed = [n for n, f in self.signature.output_fields.items() if _options(f.annotation)]
+        if len(closed) != 1 or len(self.signature.output_fields) != 1:
+            raise ValueError(
+                f"CalibratedPredict: {self.signature.__name__} must have exactly one output, a closed choice "
+                f"(Literal, Enum or bool); its outputs are {list(self.signature.output_fields)}"
+            )
+        self.choice = closed[0]
+        self.calibration: dict[str, float] | None = None
+
+    def reset(self):
+        super().reset()
+        self.calibration = None
+
+    def dump_state(self, json_mode=True):
+        return {**super().dump_state(json_mode=json_mode), "calibration": self.calibration}
+
+    def calibrate(self, lm: Any = None, content_free: tuple[str, ...] = CONTENT_FREE) -> CalibratedPredict:
+        """Learn the prior of the current prompt: the log of each option's probability averaged over the
+        content-free inputs (with ``lm``, else the configured LM). Returns self."""
+        scores = [self._scores(lm, {name: text for name in self.signature.input_fields})[0] for text in content_free]
+        self.calibration = {o: math.log(sum(math.exp(s[o]) for s in scores) / len(scores)) for o in scores[0]}
+        return self
+
+    def forward(self, **kwargs):
+        if self.calibration is None:
+            return super().forward(**kwargs)
+        scores, prediction = self._scores(kwargs.pop("lm", None), kwargs)
+        best = max(scores, key=lambda option: scores[option] - self.calibration.get(option, 0.0))
+        prediction[self.choice] = coerce_field(self.signature, self.choice, best)
+        return prediction
+
+    def _scores(self, lm, kwargs: dict) -> tuple[dict[str, float], dspy.Prediction]:
+        """The options' log-probabilities (normalised over the options) for these inputs, and the prediction."""
+        config = {**(kwargs.pop("config", None) or {}), "logprobs": True}
+        prediction = super().forward(**kwargs, config=config, **({"lm": lm} if lm is not None else {}))
+        found = (prediction.get(CHOICE_LOGPROBS) or {}).get(self.choice)
+        if not found:
+            used = lm or self.lm or dspy.settings.lm
+            raise ValueError(
+                f"CalibratedPredict({self.signature.__name__}): the LM {getattr(used, 'model', used)!r} returned no "
+                f"scores for the options of {self.choice!r}; calibration needs the local engine with the field "
+                "adapter (it scores a closed choice's options), or do not calibrate"
+            )
+        top = max(found.values())
+        total = top + math.log(sum(math.exp(v - top) for v in found.values()))
+        return {option: v - total for option, v in found.items()}, prediction
+
+
+def _options(annotation) -> list[str] | None:
+    if annotation is bool:
+        return ["yes", "no"]
+    choices = choices_of(annotation)
+    return [str(c) for c in choices] if choices else None
