@@ -6,8 +6,9 @@ triggers one of three actions: Correct (some passage is relevant: keep the relev
 paper) or Ambiguous (only ambiguous ones: combine them with the second source). Offline, the second source is
 the ``fallback`` retriever (e.g. BM25 beside a dense retriever) or, when none is given, the same retriever;
 either is searched ``fallback_k`` deep (3k) and its top k passages not already graded are kept. In DSPy:
-``Predict(Grade)`` is the evaluator, one call per passage (its demos can be learned from supporting-title
-labels), ``Predict(Rewrite)`` the query rewriter, ``Predict(Answer)`` the generator.
+``CalibratedPredict(Grade)`` is the evaluator, one call per passage (its demos can be learned from supporting-title
+labels, and its prior calibrated away: ``ragscale.programs.calibration``), ``Predict(Rewrite)`` the query
+rewriter, ``Predict(Answer)`` the generator.
 """
 
 import dspy
