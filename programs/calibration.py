@@ -70,6 +70,17 @@ class CalibratedPredict(dspy.Predict):
         prediction[self.choice] = coerce_field(self.signature, self.choice, best)
         return prediction
 
+    def probabilities(self, prediction: dspy.Prediction) -> dict[str, float] | None:
+        """The options' probabilities behind one of this predictor's predictions, calibrated when it is; None when
+        the prediction carries no option scores (the call did not ask for logprobs, or the LM gives none)."""
+        found = (prediction.get(CHOICE_LOGPROBS) or {}).get(self.choice)
+        if not found:
+            return None
+        shifted = {o: v - (self.calibration or {}).get(o, 0.0) for o, v in found.items()}
+        top = max(shifted.values())
+        total = sum(math.exp(v - top) for v in shifted.values())
+        return {o: math.exp(v - top) / total for o, v in shifted.items()}
+
     def _scores(self, lm, kwargs: dict) -> tuple[dict[str, float], dspy.Prediction]:
         """The options' log-probabilities (normalised over the options) for these inputs, and the prediction."""
         config = {**(kwargs.pop("config", None) or {}), "logprobs": True}

@@ -6,14 +6,16 @@ candidates (relevant / ambiguous / irrelevant, as in CRAG and Self-RAG) and the 
 grade, ties kept in first-stage order, so with ``depth`` > ``k`` a passage graded relevant climbs from below
 the cut. The grader is a DSPy predictor, so a program holding a ``Reranker`` as its retriever compiles it too
 (``program.retriever.grade``). After reranking, ``k`` passages are kept and, when ``budget`` is set, cut to the
-passages that fit in ``budget`` tokens (``trim_to_budget``). A kept passage's ``score`` is its grade
-(``GRADE_SCORE``: 1 relevant, 0.5 ambiguous, 0 irrelevant).
+passages that fit in ``budget`` tokens (``trim_to_budget``). A kept passage's ``score`` is its grade's
+(``GRADE_SCORE``: 1 relevant, 0.5 ambiguous, 0 irrelevant), in expectation when the LM scores the options.
 
 With the local engine a grade is a constrained choice (the adapter sends the options as a JSON-schema enum
-and the engine answers with the most likely one), so it always parses; the engine returns the option, not its
-probability, so candidates are ordered by the three-way label rather than by P(relevant). With an LM that
-cannot constrain its reply, a grade that cannot be parsed scores as "ambiguous" (logged, and counted as
-"unparsed" in ``grade_counts``), so one bad reply does not lose the question.
+and the engine answers with the most likely one), so it always parses, and the engine returns every option's
+log-likelihood: a candidate's score is then its expected grade score under the options' probabilities
+(P(relevant) + 0.5 P(ambiguous)), calibrated when the grader is (``CalibratedPredict``), so candidates of one
+label are ordered too. An LM that returns no option scores gives the label's score. With an LM that cannot
+constrain its reply, a grade that cannot be parsed scores as "ambiguous" (logged, and counted as "unparsed" in
+``grade_counts``), so one bad reply does not lose the question.
 
 A ``Reranker`` is itself a retriever (``reranker(query, k) -> list[Passage]``, most relevant first). Grades are
 requested in ``threads`` threads so a batching local engine can answer them together.
@@ -31,6 +33,7 @@ from dataclasses import replace
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval.passage import Passage, Retriever, format_passage, trim_to_budget
 from ragscale.signatures import Grade
 
@@ -56,15 +59,22 @@ class Reranker(dspy.Module):
             raise ValueError("a token budget needs count_tokens (e.g. functools.partial(count_tokens, lm))")
         self.retriever, self.depth, self.budget, self.threads = retriever, depth, budget, threads
         self.count_tokens = count_tokens
-        self.grade = dspy.Predict(Grade)
+        self.grade = CalibratedPredict(Grade)
         self.grade_counts: Counter[str] = Counter()  # every grade given so far, "unparsed" for a failed parse
 
-    def _grade(self, query: str, passage: Passage) -> str:
+    def _grade(self, query: str, passage: Passage) -> tuple[str, float]:
+        """The passage's grade and score: the expected ``GRADE_SCORE`` under the options' probabilities when the
+        LM gives them, else the grade's own score."""
         try:
-            return str(self.grade(question=query, document=format_passage(passage)).grade)
+            prediction = self.grade(question=query, document=format_passage(passage), config={"logprobs": True})
         except AdapterParseError as error:
             logger.warning("could not grade passage %s: %s", passage.id, error)
-            return "unparsed"
+            return "unparsed", GRADE_SCORE["ambiguous"]
+        grade = str(prediction.grade)
+        probabilities = self.grade.probabilities(prediction)
+        if probabilities is None:
+            return grade, GRADE_SCORE.get(grade, GRADE_SCORE["ambiguous"])
+        return grade, sum(GRADE_SCORE.get(o, 0.0) * p for o, p in probabilities.items())
 
     def forward(self, query: str, k: int) -> list[Passage]:
         if k <= 0:
@@ -73,11 +83,11 @@ class Reranker(dspy.Module):
         if self.threads > 1 and len(candidates) > 1:
             with ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="ragscale-rerank") as pool:
                 futures = [pool.submit(contextvars.copy_context().run, self._grade, query, p) for p in candidates]
-                grades = [future.result() for future in futures]
+                graded = [future.result() for future in futures]
         else:
-            grades = [self._grade(query, p) for p in candidates]
-        self.grade_counts.update(grades)
-        scores = [GRADE_SCORE.get(grade, GRADE_SCORE["ambiguous"]) for grade in grades]
+            graded = [self._grade(query, p) for p in candidates]
+        self.grade_counts.update(grade for grade, _ in graded)
+        scores = [score for _, score in graded]
         order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
         ranked = [replace(candidates[i], score=scores[i]) for i in order][:k]
         if self.budget is not None:

@@ -49,3 +49,24 @@ def test_a_program_compiles_the_rerankers_grader_and_shares_its_retriever():
     copied = copy.deepcopy(program)
     assert copied.retriever.grade is not program.retriever.grade
     assert copied.retriever.retriever is inner
+
+
+def test_with_option_scores_candidates_of_one_label_are_ordered_by_their_expected_grade():
+    from doubles import BiasedGrader, biased_lm
+
+    from ragscale.programs.lm.adapter import FieldAdapter
+    from ragscale.programs.retrieval import Passage
+    from ragscale.programs.retrieval.rerank import Reranker
+
+    texts = ["The Eiffel Tower is in Paris.", "A page about plays.", "Hamlet is by William Shakespeare."]
+    found = [Passage(id=str(i), title=f"doc {i}", text=t) for i, t in enumerate(texts)]
+    reranker = Reranker(_fixed_retriever(found), depth=3, threads=1)
+    with dspy.context(lm=biased_lm(BiasedGrader()), adapter=FieldAdapter()):
+        ranked = reranker("Who wrote Hamlet?", 3)
+        assert reranker.grade_counts == {"relevant": 3}  # the biased grader calls all three relevant
+        assert [p.id for p in ranked] == ["2", "1", "0"]
+        assert ranked[0].score > ranked[1].score > ranked[2].score
+        reranker.grade.calibrate()
+        calibrated = reranker("Who wrote Hamlet?", 3)
+    assert [p.id for p in calibrated] == ["2", "1", "0"]
+    assert calibrated[2].score < 0.5  # calibrated, the Eiffel passage is more likely irrelevant than not
