@@ -1,4 +1,9 @@
-"""Token accounting: every LM call inside ``with meter() as m:`` (in that thread) is recorded on ``m``.
+"""Token accounting: every LM call inside ``with meter() as m:`` is recorded on ``m``.
+
+The active meters ride in DSPy's settings overrides (``dspy.context``), so they follow a call wherever DSPy's
+settings do: into the threads of ``dspy.Parallel``, ``dspy.Evaluate`` and the teleprompters that use them (GEPA's
+evaluations included), and into any ``contextvars.copy_context().run``. A thread started without either (a bare
+``ThreadPoolExecutor``) is not counted.
 
 The hook is :class:`MeteredLM`, the ``dspy.LM`` subclass that :func:`ragscale.programs.lm.load_lm` returns for
 local and server models alike. DSPy's ``finalize`` step hands each call's history entry to ``update_history`` in
@@ -23,7 +28,7 @@ from typing import Any
 
 import dspy
 
-_METERS: ContextVar[tuple[UsageMeter, ...]] = ContextVar("ragscale_meters", default=())
+_METERS_KEY = "ragscale_meters"  # the dspy.settings override holding the active meters
 _CAPTURED: ContextVar[list | None] = ContextVar("ragscale_captured_entries", default=None)
 
 
@@ -68,13 +73,15 @@ class UsageMeter:
 
 @contextmanager
 def meter() -> Iterator[UsageMeter]:
-    """Count the LM calls made in this thread (or asyncio task) until the block exits. Meters nest."""
+    """Count the LM calls made in this block, in this thread and the threads that inherit its DSPy settings,
+    until it exits. Meters nest."""
     usage = UsageMeter()
-    token = _METERS.set((*_METERS.get(), usage))
-    try:
+    with dspy.context(**{_METERS_KEY: (*_active(), usage)}):
         yield usage
-    finally:
-        _METERS.reset(token)
+
+
+def _active() -> tuple[UsageMeter, ...]:
+    return tuple(dspy.settings.get(_METERS_KEY) or ())
 
 
 def _usage_of(response: Any) -> dict:
@@ -123,7 +130,7 @@ class MeteredLM(dspy.LM):
             captured.append(entry)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        meters = _METERS.get()
+        meters = _active()
         if not meters:
             return super().__call__(*args, **kwargs)
         captured: list = []
@@ -135,7 +142,7 @@ class MeteredLM(dspy.LM):
             self._report(meters, captured, time.perf_counter() - start)
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
-        meters = _METERS.get()
+        meters = _active()
         if not meters:
             return await super().acall(*args, **kwargs)
         captured: list = []
