@@ -26,11 +26,10 @@ compiled DRAG, and compiled vs uncompiled for each method.
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from pathlib import Path
 
-from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from cells import EFFECTIVE_CONTEXT, Cells, behaviour_cell, paired
+
 from ragscale.experiments.files import write_json
 
 CELLS = (
@@ -72,51 +71,6 @@ PAIRS = (
 )
 
 
-class OracleRetriever:
-    """The question's own paragraphs whatever k asks: its gold (supporting) ones, or all of them, in the data's
-    order; another query (a sub-question) finds nothing. The oracle rows of the methods table."""
-
-    def __init__(self, examples, *, gold_only: bool):
-        from ragscale.data import passage_id
-        from ragscale.programs.retrieval import Passage
-
-        self.by_question = {
-            example.question: [
-                Passage(id=passage_id(p["title"], p["text"]), title=p["title"], text=p["text"])
-                for p in example.paragraphs
-                if p["is_supporting"] or not gold_only
-            ]
-            for example in examples
-        }
-
-    def __call__(self, query: str, k: int):
-        return list(self.by_question.get(query, []))
-
-    def __deepcopy__(self, memo):
-        return self
-
-
-def records_of(summary: dict, runs_dir: Path) -> dict[str, dict]:
-    """The per-question records of a finished cell, by question id (``ledger.run_records``)."""
-    from ragscale.experiments.sweep.ledger import run_records
-
-    rows = run_records(runs_dir, summary["mlflow_run_id"])
-    if rows is None:
-        raise SystemExit(f"run {summary['mlflow_run_id']} has no per-question records under {runs_dir}")
-    return {row["id"]: row for row in rows}
-
-
-def behaviour_cell(summary: dict) -> str:
-    """The method's main behaviour values as ``ragscale compare`` shows them."""
-    from ragscale.experiments.compare import format_behaviour
-
-    shown = BEHAVIOUR_SHOWN.get(summary["method"], ())
-    if not shown:
-        return "none (no defining step)"
-    values = summary.get("behaviour") or {}
-    return format_behaviour({name: values[name] for name in shown if name in values})
-
-
 def table(dataset: str, cells: dict) -> str:
     header = ("row", "optimizer", "n", "EM", "F1", "recall", "context / q", "calls / q", "compile calls", "behaviour")
     lines = [f"\n{dataset}\n", "| " + " | ".join(header) + " |", "|---|---|" + "--:|" * 7 + "---|"]
@@ -125,23 +79,18 @@ def table(dataset: str, cells: dict) -> str:
         lines.append(
             f"| {row} | {optimizer} | {s['n']} | {s['em']:.1f} | {s['f1']:.1f} | {recall} | "
             f"{s[EFFECTIVE_CONTEXT]:,.0f} | {s['lm_calls_per_question']:.2f} | {s.get('compile_lm_calls', 0)} | "
-            f"{behaviour_cell(s)} |"
+            f"{behaviour_cell(s, BEHAVIOUR_SHOWN.get(s['method'], ()))} |"
         )
     return "\n".join(lines)
 
 
 def comparisons(cells: dict, runs_dir: Path) -> list[dict]:
-    from ragscale.experiments.compare import paired_bootstrap
-
     out = []
     for name, a, b in PAIRS:
         if a not in cells or b not in cells:
             continue
-        ra, rb = records_of(cells[a], runs_dir), records_of(cells[b], runs_dir)
         for score in ("em", "f1"):
-            ci = paired_bootstrap(
-                {i: 100 * r[score] for i, r in ra.items()}, {i: 100 * r[score] for i, r in rb.items()}
-            )
+            ci = paired(cells[a], cells[b], runs_dir, score)
             out.append({"comparison": name, "score": score, "diff": ci.diff, "low": ci.low, "high": ci.high, "n": ci.n})
     return out
 
@@ -169,57 +118,25 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.experiments.cli import prepare_process
 
     prepare_process()
-    from ragscale.experiments.config import RunConfig
-    from ragscale.experiments.runner import load_examples, load_named_lm, run_experiment
-    from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
-
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    runs_dir = args.out_dir.parent
-    lm = teacher = None
+    runner = Cells(
+        lm=args.lm,
+        teacher=args.teacher,
+        limit=args.limit,
+        train_limit=args.train_limit,
+        out_dir=args.out_dir,
+        threads=args.threads,
+        gepa_budget=args.gepa_budget,
+        prefix="faithful",
+    )
+    runs_dir = runner.runs_dir
     report: dict = {"lm": args.lm, "teacher": args.teacher, "limit": args.limit, "datasets": {}}
     for dataset in [d.strip() for d in args.datasets.split(",") if d.strip()]:
         done: dict = {}
         for row, optimizer in cells:
-            path = args.out_dir / f"{dataset}__{row}__{optimizer}__n{args.limit}.json"
-            if path.exists():
-                done[(row, optimizer)] = json.loads(path.read_text(encoding="utf-8"))
-                continue
-            oracle = row.startswith("oracle-")
-            compiled = optimizer in TEACHER_OPTIMIZERS  # a teleprompter that runs the teacher program
-            config = RunConfig(
-                method="rag" if oracle else row,
-                dataset=dataset,
-                optimizer=optimizer,
-                lm=args.lm,
-                teacher=args.teacher if compiled else None,
-                budget=args.gepa_budget if optimizer == "gepa" else None,
-                k=20 if oracle else 5,
-                max_demos=2,
-                max_docs_per_demo=3,
-                limit=args.limit,
-                train_limit=args.train_limit,
-                runs_dir=runs_dir,
-                threads=args.threads,
-                cache=False,
-                run_name=f"faithful-{dataset}-{row}-{optimizer}-n{args.limit}",
-            )
-            lm = lm or load_named_lm(args.lm, cache=False)
-            if compiled:
-                teacher = teacher or load_named_lm(args.teacher, cache=False)
-            taught_by = teacher
-            if optimizer == "gepa":  # the teacher reflects: room for a rewritten instruction (the engine is shared)
-                taught_by = load_named_lm(args.teacher, cache=False, max_tokens=1024)
-            retriever = None
-            if oracle:
-                retriever = OracleRetriever(load_examples(config)[1], gold_only=row == "oracle-gold")
-            start = time.perf_counter()
-            summary = run_experiment(
-                config, lm=lm, teacher_lm=taught_by if compiled else None, retriever=retriever, progress=False
-            )
-            summary["row"], summary["benchmark_wall_s"] = row, round(time.perf_counter() - start, 1)
-            write_json(path, summary, indent=2)
-            done[(row, optimizer)] = summary
-            print(table(dataset, {(row, optimizer): summary}).splitlines()[-1], flush=True)
+            fresh = runner.done(dataset, row, optimizer) is None
+            done[(row, optimizer)] = runner.run(dataset, row, optimizer)
+            if fresh:
+                print(table(dataset, {(row, optimizer): done[(row, optimizer)]}).splitlines()[-1], flush=True)
         if ("rag", "none") in done:
             done[("drag", "none (= rag)")] = {**done[("rag", "none")], "method": "drag"}
         print(table(dataset, done))

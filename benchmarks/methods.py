@@ -1,113 +1,129 @@
-"""Every registered method on the same HotpotQA dev questions, uncompiled and compiled: the methods table.
+"""Every registered method, uncompiled and compiled, on each dataset: the methods table, with the oracle rows and
+each method's paired CI against RAG.
 
-    python benchmarks/methods.py [--limit 50] [--lm qwen2.5-coder-0.5b] [--methods rag,crag]
-                                 [--optimizers none,bootstrap]
-                                 [--out-dir runs/methods-benchmark] [--json FILE]
+    python benchmarks/methods.py [--datasets hotpotqa] [--limit 100] [--lm qwen2.5-coder-0.5b]
+                                 [--teacher qwen2.5-coder-1.5b] [--methods rag,crag] [--optimizers none,bootstrap]
+                                 [--no-oracle] [--out-dir runs/methods-<lm>] [--json FILE]
 
-For each method x optimizer it runs `run_experiment` (the same runner as `ragscale run`: hybrid retrieval over
-the paragraphs of the run's questions, the teleprompter on `--train-limit` train questions, 8 threads, MLflow
-under the runs dir) and writes the summary to `<out-dir>/<method>__<optimizer>.json`. A rerun skips every pair
-whose JSON exists, so an interrupted benchmark resumes; delete a file to measure that pair again. The LM is
-loaded once, with DSPy's cache off (uncompiled DRAG sends RAG's prompts: a cache would serve them from RAG's
-run). Prints one markdown row per pair: EM, F1, retrieval recall, LM calls and effective context tokens per
-question, questions per minute (the evaluation alone), seconds spent compiling, failed questions. A pair that
-cannot run (a configuration error, or prompts over the context window) is reported and the others go on.
+Per dataset it runs RAG uncompiled first (the baseline of every comparison), then each method x optimizer in
+registry order, then the two oracle rows (the RAG program given the question's gold paragraphs, and given all its
+paragraphs). Every cell is a ``cells.Cells`` run: the runner of ``ragscale run`` on the first ``--limit`` dev
+questions, compiled with the teacher LM running DSPy's teacher program on the first ``--train-limit`` train
+questions (``bootstrap``), its summary kept as JSON so a rerun skips finished cells and an interrupted benchmark
+resumes. Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its demonstrations), so it is not run:
+its row is RAG's. A cell that cannot run (a configuration error, prompts over the context window) is reported and
+the others go on.
+
+Prints one table per dataset: EM, F1, Acc, retrieval recall, LM calls and effective context per question,
+questions per minute (the evaluation alone), compile seconds, the method's behaviour values, and the paired
+bootstrap 95% CI of its EM minus RAG's over the same questions.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from pathlib import Path
 
-from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from cells import EFFECTIVE_CONTEXT, ORACLE_ROWS, Cells, behaviour_cell, paired
+
 from ragscale.experiments.files import write_json
 
+BASELINE = ("rag", "none")
+
 COLUMNS = (
-    ("method", "method", "{}"),
-    ("optimizer", "optimizer", "{}"),
     ("EM", "em", "{:.1f}"),
     ("F1", "f1", "{:.1f}"),
-    ("retrieval recall", "retrieval_recall", "{:.1f}"),
-    ("LM calls / q", "lm_calls_per_question", "{:.2f}"),
-    ("effective context / q", EFFECTIVE_CONTEXT, "{:,.0f}"),
+    ("Acc", "acc", "{:.1f}"),
+    ("recall", "retrieval_recall", "{:.1f}"),
+    ("calls / q", "lm_calls_per_question", "{:.2f}"),
+    ("context / q", EFFECTIVE_CONTEXT, "{:,.0f}"),
     ("q / min", "questions_per_minute", "{:.1f}"),
     ("compile s", "compile_s", "{:,.0f}"),
-    ("failed", "failed", "{}"),
 )
 
 
-def table(summaries: list[dict]) -> str:
-    lines = ["| " + " | ".join(c[0] for c in COLUMNS) + " |", "|---|---|" + "--:|" * (len(COLUMNS) - 2)]
-    for s in summaries:
-        cells = ["" if s.get(key) is None else fmt.format(s[key]) for _, key, fmt in COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def plan(methods: list[str], optimizers: list[str], oracle: bool) -> list[tuple[str, str]]:
+    """The cells of one dataset in the order they run: RAG uncompiled, every other method x optimizer (not
+    uncompiled DRAG, which is RAG), then the oracle rows."""
+    cells = [BASELINE] if "rag" in methods and "none" in optimizers else []
+    cells += [(m, o) for m in methods for o in optimizers if (m, o) not in (BASELINE, ("drag", "none"))]
+    return cells + ([(row, "none") for row in ORACLE_ROWS] if oracle else [])
+
+
+def row_of(row: str, optimizer: str, summary: dict, versus: str) -> str:
+    cells = [row, optimizer, str(summary["n"])]
+    cells += ["" if summary.get(key) is None else fmt.format(summary[key]) for _, key, fmt in COLUMNS]
+    return "| " + " | ".join([*cells, versus, behaviour_cell(summary)]) + " |"
+
+
+def header() -> str:
+    names = ["method", "optimizer", "n", *(c[0] for c in COLUMNS), "EM vs RAG [95% CI]", "behaviour"]
+    return "| " + " | ".join(names) + " |\n|---|---|" + "--:|" * (len(names) - 4) + "---|---|"
 
 
 def main(argv: list[str] | None = None) -> int:
     from ragscale.programs import PROGRAMS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=50, help="HotpotQA dev questions (default 50)")
-    parser.add_argument("--train-limit", type=int, default=16, help="train questions the teleprompter sees")
-    parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--datasets", default="hotpotqa", help="comma-separated (default hotpotqa)")
+    parser.add_argument("--limit", type=int, default=100, help="dev questions per dataset (default 100)")
+    parser.add_argument("--train-limit", type=int, default=16, help="train questions the teacher bootstraps on")
+    parser.add_argument("--lm", default="qwen2.5-coder-0.5b", help="the reader: it answers every dev question")
+    parser.add_argument("--teacher", default="qwen2.5-coder-1.5b", help="runs the teacher program when compiling")
     parser.add_argument("--methods", default=",".join(PROGRAMS), help="comma-separated (default: all)")
     parser.add_argument("--optimizers", default="none,bootstrap")
+    parser.add_argument("--no-oracle", action="store_true", help="leave out the two oracle rows")
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--out-dir", type=Path, default=Path("runs/methods-benchmark"))
-    parser.add_argument("--json", type=Path, help="write every summary as one JSON list")
+    parser.add_argument("--out-dir", type=Path, help="where the cells' JSON goes (default runs/methods-<lm>)")
+    parser.add_argument("--json", type=Path, help="write every summary and comparison as one JSON file")
     args = parser.parse_args(argv)
-
-    from ragscale.experiments.cli import prepare_process
-
-    prepare_process()
-    from ragscale.experiments.config import ConfigError, RunConfig
-    from ragscale.experiments.runner import load_lm_for, run_experiment
-    from ragscale.optimizers.context import ContextWindowError
-
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in PROGRAMS]
     if unknown:
         parser.error(f"unknown method(s) {unknown}; valid: {', '.join(PROGRAMS)}")
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    lm, summaries, skipped = None, [], []
-    for method in methods:
-        for optimizer in [o.strip() for o in args.optimizers.split(",") if o.strip()]:
-            path = args.out_dir / f"{method}__{optimizer}.json"
-            if path.exists():
-                summaries.append(json.loads(path.read_text(encoding="utf-8")))
-                continue
-            config = RunConfig(
-                method=method,
-                dataset="hotpotqa",
-                optimizer=optimizer,
-                lm=args.lm,
-                limit=args.limit,
-                train_limit=args.train_limit,
-                runs_dir=args.out_dir.parent,
-                threads=args.threads,
-                max_demos=2,
-                max_docs_per_demo=3,
-                cache=False,  # questions per minute of this run, not of an earlier run's cached calls
-            )
-            lm = lm or load_lm_for(config)
-            start = time.perf_counter()
+    optimizers = [o.strip() for o in args.optimizers.split(",") if o.strip()]
+
+    from ragscale.experiments.cli import prepare_process
+
+    prepare_process()
+    from ragscale.experiments.config import ConfigError
+    from ragscale.optimizers.context import ContextWindowError
+
+    runner = Cells(
+        lm=args.lm,
+        teacher=args.teacher,
+        limit=args.limit,
+        train_limit=args.train_limit,
+        out_dir=args.out_dir or Path("runs") / f"methods-{args.lm}",
+        threads=args.threads,
+        prefix="methods",
+    )
+    report: dict = {"lm": args.lm, "teacher": args.teacher, "limit": args.limit, "datasets": {}}
+    skipped = []
+    for dataset in [d.strip() for d in args.datasets.split(",") if d.strip()]:
+        print(f"\n{dataset}, {args.lm}\n\n{header()}", flush=True)
+        done, rows = {}, []
+        for row, optimizer in plan(methods, optimizers, not args.no_oracle):
             try:
-                summary = run_experiment(config, lm=lm, check_context=True, progress=False)
-            except (ConfigError, ContextWindowError) as exc:  # this pair cannot run; the others still can
-                print(f"| {method} | {optimizer} | not run: {exc} |", flush=True)
-                skipped.append(f"{method} x {optimizer}")
+                summary = runner.run(dataset, row, optimizer)
+            except (ConfigError, ContextWindowError) as exc:  # this cell cannot run; the others still can
+                print(f"| {row} | {optimizer} | not run: {exc} |", flush=True)
+                skipped.append(f"{dataset}: {row} x {optimizer}")
                 continue
-            summary["benchmark_wall_s"] = round(time.perf_counter() - start, 1)
-            write_json(path, summary, indent=2)
-            summaries.append(summary)
-            print(table(summaries[-1:]).splitlines()[-1], flush=True)
-    print()
-    print(table(summaries))
+            done[(row, optimizer)] = summary
+            versus, comparison = "", None
+            if BASELINE in done and (row, optimizer) != BASELINE:
+                ci = paired(summary, done[BASELINE], runner.runs_dir)
+                versus = f"{ci.diff:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]" + (" *" if ci.low > 0 or ci.high < 0 else "")
+                comparison = {"diff": ci.diff, "low": ci.low, "high": ci.high, "n": ci.n}
+            rows.append({"row": row, "optimizer": optimizer, "em_vs_rag": comparison, **summary})
+            print(row_of(row, optimizer, summary, versus), flush=True)
+            if (row, optimizer) == BASELINE and "drag" in methods and "none" in optimizers:
+                print(row_of("drag", "none (= rag)", summary, ""), flush=True)
+        report["datasets"][dataset] = rows
+    print("\n* the CI excludes 0")
     if args.json:
-        write_json(args.json, summaries, indent=2)
+        write_json(args.json, report, indent=2)
     if skipped:
         print(f"\nnot run: {', '.join(skipped)}")
     return 1 if skipped else 0

@@ -1,0 +1,127 @@
+"""What the methods benchmarks (``faithful.py``, ``methods.py``) share: a cell and the comparisons of two cells.
+
+A cell is one row of a methods table: a method (or an oracle row) x an optimizer on a dataset, run by
+``run_experiment`` as ``ragscale run`` runs it (hybrid retrieval over the paragraphs of the run's questions,
+k = 5, 2 demonstrations of at most 3 documents, DSPy's cache off, tracked in MLflow under the out dir's parent).
+A compiling optimizer that runs DSPy's teacher program (bootstrap, ...) runs it on the teacher LM. Its summary is
+written to ``<out-dir>/<dataset>__<row>__<optimizer>__n<limit>.json``: a rerun reads it instead of running the
+cell again, so an interrupted benchmark resumes where it stopped.
+
+The oracle rows are the RAG program given the question's gold paragraphs (``oracle-gold``) or all its paragraphs
+(``oracle-all``), through ``OracleRetriever``. Two cells are compared question by question: the paired bootstrap
+95% CI of the difference of their EM (or F1), from the per-question records MLflow holds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.files import write_json
+
+ORACLE_ROWS = ("oracle-gold", "oracle-all")
+__all__ = ["EFFECTIVE_CONTEXT", "ORACLE_ROWS", "Cells", "behaviour_cell", "paired", "records_of"]
+
+
+class Cells:
+    """Runs cells of one student LM (and its teacher), loading each LM once, keeping each summary as JSON."""
+
+    def __init__(self, *, lm: str, teacher: str | None, limit: int, train_limit: int, out_dir: Path,
+                 threads: int = 8, gepa_budget: str | None = None, prefix: str = "cell"):  # fmt: skip
+        self.lm_name, self.teacher_name, self.limit, self.train_limit = lm, teacher, limit, train_limit
+        self.out_dir, self.threads, self.gepa_budget, self.prefix = out_dir, threads, gepa_budget, prefix
+        self.runs_dir = out_dir.parent
+        self._lms: dict[tuple[str, int | None], object] = {}
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def path(self, dataset: str, row: str, optimizer: str) -> Path:
+        return self.out_dir / f"{dataset}__{row}__{optimizer}__n{self.limit}.json"
+
+    def done(self, dataset: str, row: str, optimizer: str) -> dict | None:
+        path = self.path(dataset, row, optimizer)
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+    def _lm(self, name: str, max_tokens: int | None = None):
+        from ragscale.experiments.runner import load_named_lm
+
+        key = (name, max_tokens)
+        if key not in self._lms:
+            extra = {"max_tokens": max_tokens} if max_tokens else {}
+            self._lms[key] = load_named_lm(name, cache=False, **extra)
+        return self._lms[key]
+
+    def run(self, dataset: str, row: str, optimizer: str) -> dict:
+        """The cell's summary: read back when it finished before, else run now and kept."""
+        summary = self.done(dataset, row, optimizer)
+        if summary is not None:
+            return summary
+        from ragscale.experiments.config import RunConfig
+        from ragscale.experiments.oracle import OracleRetriever
+        from ragscale.experiments.runner import load_examples, run_experiment
+        from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
+
+        oracle = row in ORACLE_ROWS
+        taught = optimizer in TEACHER_OPTIMIZERS and self.teacher_name is not None
+        config = RunConfig(
+            method="rag" if oracle else row,
+            dataset=dataset,
+            optimizer=optimizer,
+            lm=self.lm_name,
+            teacher=self.teacher_name if taught else None,
+            budget=self.gepa_budget if optimizer == "gepa" else None,
+            k=20 if oracle else 5,
+            max_demos=2,
+            max_docs_per_demo=3,
+            limit=self.limit,
+            train_limit=self.train_limit,
+            runs_dir=self.runs_dir,
+            threads=self.threads,
+            cache=False,  # questions per minute of this run, not of an earlier run's cached calls
+            run_name=f"{self.prefix}-{dataset}-{row}-{optimizer}-n{self.limit}",
+        )
+        teacher = None
+        if taught:  # GEPA's teacher reflects: room for a rewritten instruction (the engine is shared)
+            teacher = self._lm(self.teacher_name, 1024 if optimizer == "gepa" else None)
+        retriever = OracleRetriever(load_examples(config)[1], gold_only=row == "oracle-gold") if oracle else None
+        start = time.perf_counter()
+        summary = run_experiment(
+            config,
+            lm=self._lm(self.lm_name),
+            teacher_lm=teacher,
+            retriever=retriever,
+            progress=False,
+            check_context=True,  # a cell whose prompts cannot fit fails before it runs
+        )
+        summary["row"], summary["benchmark_wall_s"] = row, round(time.perf_counter() - start, 1)
+        write_json(self.path(dataset, row, optimizer), summary, indent=2)
+        return summary
+
+
+def records_of(summary: dict, runs_dir: Path) -> dict[str, dict]:
+    """The per-question records of a finished cell, by question id (``ledger.run_records``)."""
+    from ragscale.experiments.sweep.ledger import run_records
+
+    rows = run_records(runs_dir, summary["mlflow_run_id"])
+    if rows is None:
+        raise SystemExit(f"run {summary['mlflow_run_id']} has no per-question records under {runs_dir}")
+    return {row["id"]: row for row in rows}
+
+
+def paired(a: dict, b: dict, runs_dir: Path, score: str = "em"):
+    """The paired bootstrap 95% CI of cell ``a`` minus cell ``b`` on ``score`` (points), over their questions."""
+    from ragscale.experiments.compare import paired_bootstrap
+
+    ra, rb = records_of(a, runs_dir), records_of(b, runs_dir)
+    return paired_bootstrap({i: 100 * r[score] for i, r in ra.items()}, {i: 100 * r[score] for i, r in rb.items()})
+
+
+def behaviour_cell(summary: dict, shown: tuple[str, ...] | None = None) -> str:
+    """The method's behaviour values (those named in ``shown``, else all) as ``ragscale compare`` shows them."""
+    from ragscale.experiments.compare import format_behaviour
+
+    values = summary.get("behaviour") or {}
+    if shown is not None:
+        values = {name: values[name] for name in shown if name in values}
+    return format_behaviour(values) if values else "none (no defining step)"

@@ -1,0 +1,20 @@
+"""The oracle retriever: a question's own paragraphs, gold only or all, whatever k asks; nothing for other queries."""
+
+import copy
+from pathlib import Path
+
+from ragscale.data import load_jsonl
+from ragscale.experiments.oracle import OracleRetriever
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hotpotqa_mini.jsonl"
+
+
+def test_gold_only_gives_the_supporting_paragraphs_and_all_gives_every_paragraph_in_order():
+    examples = load_jsonl(FIXTURE)[:3]
+    gold, everything = OracleRetriever(examples, gold_only=True), OracleRetriever(examples, gold_only=False)
+    for example in examples:
+        supporting = [p["title"] for p in example.paragraphs if p["is_supporting"]]
+        assert [p.title for p in gold(example.question, 1)] == supporting  # k does not cut the oracle
+        assert [p.title for p in everything(example.question, 2)] == [p["title"] for p in example.paragraphs]
+    assert gold("a sub-question nobody asked", 5) == []
+    assert copy.deepcopy(gold) is gold  # shared, like every retriever, when DSPy copies a program
