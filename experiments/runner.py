@@ -125,11 +125,10 @@ def build_program_for(config: RunConfig, retriever):
 def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None, teacher_lm=None, reflection_lm=None):
     """Compile ``program`` on ``trainset`` with the configured teleprompter (``none`` returns it as it is), the
     teacher copy on ``teacher_lm`` when given; its Grade predictors (CRAG, Self-RAG) are then compiled on their own
-    relevance labels (``compile_graders``), with the same teacher, and calibrated when the LM scores their options."""
+    relevance labels (``compile_graders``), with the same teacher."""
     from ragscale.optimizers.graders import compile_graders
     from ragscale.optimizers.metrics import METRICS as SCORES
     from ragscale.optimizers.teleprompters import compile_program
-    from ragscale.programs.calibration import scores_choices
 
     common = {
         "max_demos": config.max_demos,
@@ -149,10 +148,7 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         threads=config.threads,
         **common,
     )
-    calibrate = scores_choices(lm)  # a server's choices carry no option scores: its graders stay uncalibrated
-    return compile_graders(
-        compiled, list(trainset), optimizer=config.optimizer, threads=config.threads, calibrate=calibrate, **common
-    )
+    return compile_graders(compiled, list(trainset), optimizer=config.optimizer, threads=config.threads, **common)
 
 
 def default_run_name(config: RunConfig) -> str:

@@ -13,9 +13,9 @@ four labelled examples can be all "irrelevant"; a teacher that calls every passa
 on the relevant ones). What the teleprompter kept comes first, label by label; a label it kept too few of is
 topped up with labelled examples, as bootstrap tops up a predictor it left short.
 
-With ``calibrate`` (what ``ragscale run`` asks for when the LM scores a closed choice's options: the local engine),
-each grader then learns the prior its new prompt gives on content-free inputs and grades against it
-(``ragscale.programs.calibration``): a small model calls nearly every passage relevant otherwise.
+With ``calibrate``, each grader then learns the prior its new prompt gives on content-free inputs and grades
+against it (``ragscale.programs.calibration``). ``ragscale run`` does not ask for it: a content-free passage is
+itself irrelevant, so that prior pushes the grades toward "relevant", where a small model already leans.
 """
 
 import logging

@@ -13,6 +13,10 @@ for the demonstrations it has then (run it again after they change), and the pri
 (``dump_state``, key ``calibration``). It needs an LM that scores the options of a closed choice and returns the
 scores (the local engine, through the field adapter: ``choice_logprobs``); another LM gets a ``ValueError`` that
 names it, not an uncalibrated answer.
+
+A content-free input is neutral only when no option fits it: for a relevance grade it is not, since an "N/A"
+passage is irrelevant, so the prior leans to "irrelevant" and the correction pushes every grade toward
+"relevant". Nothing calibrates by default; ``benchmarks/graders.py --calibrate`` measures it.
 """
 
 from __future__ import annotations
@@ -27,11 +31,6 @@ from ragscale.programs.lm.coerce import choices_of, coerce_field
 
 CONTENT_FREE = ("N/A", "", "[MASK]")
 """The content-free inputs of the paper, each put in every input field."""
-
-
-def scores_choices(lm: Any) -> bool:
-    """True when ``lm`` scores the options of a closed choice and returns the scores: the local engine."""
-    return callable(getattr(getattr(lm, "engine", None), "choose", None))
 
 
 class CalibratedPredict(dspy.Predict):
