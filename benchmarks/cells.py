@@ -29,8 +29,10 @@ class Cells:
     """Runs cells of one student LM (and its teacher), loading each LM once, keeping each summary as JSON."""
 
     def __init__(self, *, lm: str, teacher: str | None, limit: int, train_limit: int, out_dir: Path,
-                 threads: int = 8, gepa_budget: str | None = None, prefix: str = "cell"):  # fmt: skip
+                 threads: int = 8, gepa_budget: str | None = None, prefix: str = "cell",
+                 api_base: str | None = None):  # fmt: skip
         self.lm_name, self.teacher_name, self.limit, self.train_limit = lm, teacher, limit, train_limit
+        self.api_base = api_base  # the server of the student (an openai/<model>); the teacher is local
         self.out_dir, self.threads, self.gepa_budget, self.prefix = out_dir, threads, gepa_budget, prefix
         self.runs_dir = out_dir.parent
         self._lms: dict[tuple[str, int | None], object] = {}
@@ -43,13 +45,13 @@ class Cells:
         path = self.path(dataset, row, optimizer)
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
-    def _lm(self, name: str, max_tokens: int | None = None):
+    def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None):
         from ragscale.experiments.runner import load_named_lm
 
         key = (name, max_tokens)
         if key not in self._lms:
             extra = {"max_tokens": max_tokens} if max_tokens else {}
-            self._lms[key] = load_named_lm(name, cache=False, **extra)
+            self._lms[key] = load_named_lm(name, cache=False, api_base=api_base, **extra)
         return self._lms[key]
 
     def run(self, dataset: str, row: str, optimizer: str) -> dict:
@@ -69,6 +71,7 @@ class Cells:
             dataset=dataset,
             optimizer=optimizer,
             lm=self.lm_name,
+            api_base=self.api_base,
             teacher=self.teacher_name if taught else None,
             budget=self.gepa_budget if optimizer == "gepa" else None,
             k=20 if oracle else 5,
@@ -88,7 +91,7 @@ class Cells:
         start = time.perf_counter()
         summary = run_experiment(
             config,
-            lm=self._lm(self.lm_name),
+            lm=self._lm(self.lm_name, api_base=self.api_base),
             teacher_lm=teacher,
             retriever=retriever,
             progress=False,

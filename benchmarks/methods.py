@@ -1,7 +1,7 @@
 """Every registered method, uncompiled and compiled, on each dataset: the methods table, with the oracle rows and
 each method's paired CI against RAG.
 
-    python benchmarks/methods.py [--datasets hotpotqa] [--limit 100] [--lm qwen2.5-coder-0.5b]
+    python benchmarks/methods.py [--datasets hotpotqa] [--limit 100] [--lm qwen2.5-coder-0.5b] [--api-base URL]
                                  [--teacher qwen2.5-coder-1.5b] [--methods rag,crag] [--optimizers none,bootstrap]
                                  [--no-oracle] [--out-dir runs/methods-<lm>] [--json FILE]
 
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=100, help="dev questions per dataset (default 100)")
     parser.add_argument("--train-limit", type=int, default=16, help="train questions the teacher bootstraps on")
     parser.add_argument("--lm", default="qwen2.5-coder-0.5b", help="the reader: it answers every dev question")
+    parser.add_argument("--api-base", help="the reader's OpenAI-compatible server (with --lm openai/<model>)")
     parser.add_argument("--teacher", default="qwen2.5-coder-1.5b", help="runs the teacher program when compiling")
     parser.add_argument("--methods", default=",".join(PROGRAMS), help="comma-separated (default: all)")
     parser.add_argument("--optimizers", default="none,bootstrap")
@@ -94,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         teacher=args.teacher,
         limit=args.limit,
         train_limit=args.train_limit,
-        out_dir=args.out_dir or Path("runs") / f"methods-{args.lm}",
+        out_dir=args.out_dir or Path("runs") / f"methods-{args.lm.replace('/', '_')}",
         threads=args.threads,
         prefix="methods",
+        api_base=args.api_base,
     )
     report: dict = {"lm": args.lm, "teacher": args.teacher, "limit": args.limit, "datasets": {}}
     skipped = []
