@@ -35,7 +35,7 @@ class Cells:
         self.api_base = api_base  # the server of the student (an openai/<model>); the teacher is local
         self.out_dir, self.threads, self.gepa_budget, self.prefix = out_dir, threads, gepa_budget, prefix
         self.runs_dir = out_dir.parent
-        self._lms: dict[tuple[str, int | None], object] = {}
+        self._lms: dict[tuple[str, int | None, str | None], object] = {}
         out_dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, dataset: str, row: str, optimizer: str) -> Path:
@@ -48,7 +48,7 @@ class Cells:
     def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None):
         from ragscale.experiments.runner import load_named_lm
 
-        key = (name, max_tokens)
+        key = (name, max_tokens, api_base)
         if key not in self._lms:
             extra = {"max_tokens": max_tokens} if max_tokens else {}
             self._lms[key] = load_named_lm(name, cache=False, api_base=api_base, **extra)

@@ -121,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"row": row, "optimizer": optimizer, "em_vs_rag": comparison, **summary})
             print(row_of(row, optimizer, summary, versus), flush=True)
             if (row, optimizer) == BASELINE and "drag" in methods and "none" in optimizers:
+                rows.append(
+                    {"row": "drag", "optimizer": "none (= rag)", "em_vs_rag": None, **summary, "method": "drag"}
+                )
                 print(row_of("drag", "none (= rag)", summary, ""), flush=True)
         report["datasets"][dataset] = rows
     print("\n* the CI excludes 0")

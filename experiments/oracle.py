@@ -29,6 +29,11 @@ class OracleRetriever:
             for example in examples
         }
 
+    @property
+    def identity(self) -> str:
+        """What it returns, for the run's key: a run over the gold paragraphs never resumes one over all of them."""
+        return "oracle-gold" if self.gold_only else "oracle-all"
+
     def __call__(self, query: str, k: int) -> list[Passage]:
         return list(self.by_question.get(query, []))
 

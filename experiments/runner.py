@@ -209,7 +209,7 @@ def run_experiment(
             fits_context(build_program_for(config, None), lm, adapter, [*train, *evalset])
     load_s = time.perf_counter() - start
 
-    key = config_key(config, data_fingerprint(train, evalset), program=compiled)
+    key = config_key(config, data_fingerprint(train, evalset), program=compiled, retriever=retriever)
     produced_by = provenance_tags(config)  # before the lock: it may hash a model file
     with exclusive(config.runs_dir / "runs.lock"):  # one step: two processes never take over the same run
         found = None if fresh else resume.find_resumable(config.runs_dir, key)

@@ -52,27 +52,38 @@ class CalibratedPredict(dspy.Predict):
         self.calibration = None
 
     def dump_state(self, json_mode=True):
-        return {**super().dump_state(json_mode=json_mode), "calibration": self.calibration}
+        state = super().dump_state(json_mode=json_mode)
+        return state if self.calibration is None else {**state, "calibration": self.calibration}
+
+    def load_state(self, state: dict, **kwargs):
+        self.calibration = state.get("calibration")
+        return super().load_state(state, **kwargs)
 
     def calibrate(self, lm: Any = None, content_free: tuple[str, ...] = CONTENT_FREE) -> CalibratedPredict:
         """Learn the prior of the current prompt: the log of each option's probability averaged over the
         content-free inputs (with ``lm``, else the configured LM). Returns self."""
-        scores = [self._scores(lm, {name: text for name in self.signature.input_fields})[0] for text in content_free]
+        self.calibration = None
+        scores = []
+        for text in content_free:
+            inputs = {name: text for name in self.signature.input_fields}
+            scores.append(self._required(self(**inputs, **_asking(lm, None)), lm))
         self.calibration = {o: math.log(sum(math.exp(s[o]) for s in scores) / len(scores)) for o in scores[0]}
         return self
 
     def forward(self, **kwargs):
-        if self.calibration is None:
-            return super().forward(**kwargs)
-        scores, prediction = self._scores(kwargs.pop("lm", None), kwargs)
-        best = max(scores, key=lambda option: scores[option] - self.calibration.get(option, 0.0))
-        prediction[self.choice] = coerce_field(self.signature, self.choice, best)
-        return prediction
+        if self.calibration is not None:
+            kwargs.update(_asking(kwargs.pop("lm", None), kwargs.pop("config", None)))
+        return self._finish(super().forward(**kwargs), kwargs.get("lm"))
+
+    async def aforward(self, **kwargs):
+        if self.calibration is not None:
+            kwargs.update(_asking(kwargs.pop("lm", None), kwargs.pop("config", None)))
+        return self._finish(await super().aforward(**kwargs), kwargs.get("lm"))
 
     def probabilities(self, prediction: dspy.Prediction) -> dict[str, float] | None:
         """The options' probabilities behind one of this predictor's predictions, calibrated when it is; None when
         the prediction carries no option scores (the call did not ask for logprobs, or the LM gives none)."""
-        found = (prediction.get(CHOICE_LOGPROBS) or {}).get(self.choice)
+        found = getattr(prediction, "_option_logprobs", None)
         if not found:
             return None
         shifted = {o: v - (self.calibration or {}).get(o, 0.0) for o, v in found.items()}
@@ -80,11 +91,26 @@ class CalibratedPredict(dspy.Predict):
         total = sum(math.exp(v - top) for v in shifted.values())
         return {o: math.exp(v - top) / total for o, v in shifted.items()}
 
-    def _scores(self, lm, kwargs: dict) -> tuple[dict[str, float], dspy.Prediction]:
-        """The options' log-probabilities (normalised over the options) for these inputs, and the prediction."""
-        config = {**(kwargs.pop("config", None) or {}), "logprobs": True}
-        prediction = super().forward(**kwargs, config=config, **({"lm": lm} if lm is not None else {}))
+    def _finish(self, prediction: dspy.Prediction, lm) -> dspy.Prediction:
+        """Move the option scores off the prediction's fields (a demonstration made from it must not carry them)
+        onto ``prediction._option_logprobs``, normalised over the options (``probabilities`` reads them); when
+        calibrated, pick the option that beats the prior most."""
         found = (prediction.get(CHOICE_LOGPROBS) or {}).get(self.choice)
+        if CHOICE_LOGPROBS in prediction:
+            del prediction[CHOICE_LOGPROBS]
+        if found:
+            top = max(found.values())
+            total = top + math.log(sum(math.exp(v - top) for v in found.values()))
+            prediction._option_logprobs = {option: v - total for option, v in found.items()}
+        if self.calibration is None:
+            return prediction
+        scores = self._required(prediction, lm)
+        best = max(scores, key=lambda option: scores[option] - self.calibration.get(option, 0.0))
+        prediction[self.choice] = coerce_field(self.signature, self.choice, best)
+        return prediction
+
+    def _required(self, prediction: dspy.Prediction, lm) -> dict[str, float]:
+        found = getattr(prediction, "_option_logprobs", None)
         if not found:
             used = lm or self.lm or dspy.settings.lm
             raise ValueError(
@@ -92,9 +118,12 @@ class CalibratedPredict(dspy.Predict):
                 f"scores for the options of {self.choice!r}; calibration needs the local engine with the field "
                 "adapter (it scores a closed choice's options), or do not calibrate"
             )
-        top = max(found.values())
-        total = top + math.log(sum(math.exp(v - top) for v in found.values()))
-        return {option: v - total for option, v in found.items()}, prediction
+        return found
+
+
+def _asking(lm, config: dict | None) -> dict:
+    """The keyword arguments of a call that asks for the options' scores (and runs on ``lm`` when given)."""
+    return {"config": {**(config or {}), "logprobs": True}, **({"lm": lm} if lm is not None else {})}
 
 
 def _options(annotation) -> list[str] | None:

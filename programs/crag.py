@@ -7,8 +7,8 @@ paper) or Ambiguous (only ambiguous ones: combine them with the second source). 
 the ``fallback`` retriever (e.g. BM25 beside a dense retriever) or, when none is given, the same retriever;
 either is searched ``fallback_k`` deep (3k) and its top k passages not already graded are kept. In DSPy:
 ``CalibratedPredict(Grade)`` is the evaluator, one call per passage (its demos can be learned from supporting-title
-labels, and its prior calibrated away: ``ragscale.programs.calibration``), ``Predict(Rewrite)`` the query
-rewriter, ``Predict(Answer)`` the generator.
+labels; ``compile_graders(calibrate=True)`` also corrects its prior, off by default:
+``ragscale.programs.calibration``), ``Predict(Rewrite)`` the query rewriter, ``Predict(Answer)`` the generator.
 """
 
 import dspy

@@ -4,8 +4,8 @@ Asai et al. 2023, "Self-RAG: Learning to Retrieve, Generate, and Critique throug
 emits reflection tokens: Retrieve (is retrieval needed?), ISREL (is a passage relevant?), ISSUP (is the
 answer supported by it: fully, partially, no) and ISUSE (usefulness, 1 to 5); candidates are ranked by those
 critiques. The paper trains the tokens into the LM; here each one is a typed predictor whose demonstrations
-can be learned: ``Predict(DecideRetrieval)``, ``CalibratedPredict(Grade)`` per passage (its prior calibrated
-away once compiled: ``ragscale.programs.calibration``), ``Predict(Answer)`` over the
+can be learned: ``Predict(DecideRetrieval)``, ``CalibratedPredict(Grade)`` per passage (its prior can be
+corrected, off by default: ``ragscale.programs.calibration``), ``Predict(Answer)`` over the
 relevant passages, ``Predict(CheckSupport)`` and ``Predict(RateUsefulness)``. A round without a fully
 supported, useful answer is retried with a query from ``Predict(Rewrite)``, up to ``max_rounds``; the best
 round by (support, usefulness) gives the answer. Without retrieval, ``Predict(AnswerClosedBook)`` answers.

@@ -179,6 +179,18 @@ class BiasedGrader:
         )
 
 
+class AsyncOf:
+    """The async counterpart of a synchronous test engine (DSPy's ``async_engine``)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    async def complete(self, request):
+        return self.engine.complete(request)
+
+
 def biased_lm(engine: BiasedGrader) -> MeteredLM:
-    """A metered dspy.LM over a ``BiasedGrader``."""
-    return MeteredLM("local/biased", engine=engine, cache=False, num_retries=0, context_window=4096)
+    """A metered dspy.LM over a ``BiasedGrader``, for sync and async calls."""
+    return MeteredLM(
+        "local/biased", engine=engine, async_engine=AsyncOf(engine), cache=False, num_retries=0, context_window=4096
+    )

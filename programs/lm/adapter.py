@@ -503,7 +503,10 @@ def _choice_scores(kwargs: dict[str, Any], outputs) -> dict[str, dict[str, float
     content = (logprobs or {}).get("content") or []
     if not schema.get("name") or not content or not content[0].get("top_logprobs"):
         return {}
-    return {schema["name"]: {top["token"]: float(top["logprob"]) for top in content[0]["top_logprobs"]}}
+    scores = {top["token"]: float(top["logprob"]) for top in content[0]["top_logprobs"]}
+    if set(scores) != set((schema.get("schema") or {}).get("enum") or ()):  # a server's token alternatives
+        return {}
+    return {schema["name"]: scores}
 
 
 def _text_of(outputs) -> str:

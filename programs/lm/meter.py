@@ -3,7 +3,8 @@
 The active meters ride in DSPy's settings overrides (``dspy.context``), so they follow a call wherever DSPy's
 settings do: into the threads of ``dspy.Parallel``, ``dspy.Evaluate`` and the teleprompters that use them (GEPA's
 evaluations included), and into any ``contextvars.copy_context().run``. A thread started without either (a bare
-``ThreadPoolExecutor``) is not counted.
+``ThreadPoolExecutor``) is not counted. Inside a ``meter()`` block, as inside any ``dspy.context``, a
+``dspy.configure`` call is hidden by the block's overrides until the block ends.
 
 The hook is :class:`MeteredLM`, the ``dspy.LM`` subclass that :func:`ragscale.programs.lm.load_lm` returns for
 local and server models alike. DSPy's ``finalize`` step hands each call's history entry to ``update_history`` in

@@ -18,3 +18,15 @@ def test_gold_only_gives_the_supporting_paragraphs_and_all_gives_every_paragraph
         assert [p.title for p in everything(example.question, 2)] == [p["title"] for p in example.paragraphs]
     assert gold("a sub-question nobody asked", 5) == []
     assert copy.deepcopy(gold) is gold  # shared, like every retriever, when DSPy copies a program
+
+
+def test_the_two_oracle_rows_have_different_run_keys_and_other_retrievers_leave_keys_as_they_were():
+    from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.identity import config_key
+
+    examples = load_jsonl(FIXTURE)[:3]
+    config = RunConfig(method="rag", dataset="hotpotqa", k=20)
+    gold, everything = OracleRetriever(examples, gold_only=True), OracleRetriever(examples, gold_only=False)
+    keys = {config_key(config, "data", retriever=r) for r in (gold, everything, None)}
+    assert len(keys) == 3
+    assert config_key(config, "data", retriever=lambda query, k: []) == config_key(config, "data")

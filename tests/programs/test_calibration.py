@@ -67,3 +67,21 @@ def test_only_a_signature_with_one_closed_choice_output_can_be_calibrated():
         color: Literal["red", "green"] = dspy.OutputField()
 
     assert CalibratedPredict(Pick).choice == "color"
+
+
+def test_a_prediction_keeps_only_its_fields_and_the_async_path_is_calibrated_too(biased):
+    import asyncio
+
+    grade = CalibratedPredict(Grade).calibrate()
+    prediction = grade(**OFF)
+    assert list(prediction.keys()) == ["grade"]  # a demonstration made from it carries no scores
+    assert max(grade.probabilities(prediction), key=grade.probabilities(prediction).get) == "irrelevant"
+    assert asyncio.run(grade.acall(**OFF)).grade == "irrelevant"
+
+
+def test_an_uncalibrated_state_is_the_plain_predict_state_and_loading_it_clears_a_calibration(biased):
+    plain = CalibratedPredict(Grade)
+    assert "calibration" not in plain.dump_state()  # the keys of runs over uncalibrated programs do not change
+    calibrated = CalibratedPredict(Grade).calibrate()
+    calibrated.load_state(plain.dump_state())
+    assert calibrated.calibration is None
