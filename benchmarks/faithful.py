@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     for dataset in [d.strip() for d in args.datasets.split(",") if d.strip()]:
         done: dict = {}
         for row, optimizer in cells:
-            fresh = runner.done(dataset, row, optimizer) is None
+            fresh = not runner.path(dataset, row, optimizer).exists()
             done[(row, optimizer)] = runner.run(dataset, row, optimizer)
             if fresh:
                 print(table(dataset, {(row, optimizer): done[(row, optimizer)]}).splitlines()[-1], flush=True)

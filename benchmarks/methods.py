@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.experiments.cli import prepare_process
 
     prepare_process()
+    from ragscale.experiments.compare import format_ci
     from ragscale.experiments.config import ConfigError
     from ragscale.optimizers.context import ContextWindowError
 
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             versus, comparison = "", None
             if BASELINE in done and (row, optimizer) != BASELINE:
                 ci = paired(summary, done[BASELINE], runner.runs_dir)
-                versus = f"{ci.diff:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]" + (" *" if ci.low > 0 or ci.high < 0 else "")
+                versus = format_ci(ci)
                 comparison = {"diff": ci.diff, "low": ci.low, "high": ci.high, "n": ci.n}
             rows.append({"row": row, "optimizer": optimizer, "em_vs_rag": comparison, **summary})
             print(row_of(row, optimizer, summary, versus), flush=True)

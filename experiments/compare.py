@@ -228,7 +228,8 @@ def compare_runs(
     return rows
 
 
-def _ci(ci: BootstrapCI | None, is_base: bool) -> str:
+def format_ci(ci: BootstrapCI | None, is_base: bool = False) -> str:
+    """A difference with its 95% CI, ``*`` when the CI excludes 0 (as the comparison tables show it)."""
     if is_base:
         return "baseline"
     if ci is None:
@@ -267,8 +268,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
             str(row["failed"]),
             f"{row['em']:.1f}",
             f"{row['f1']:.1f}",
-            _ci(row["em_diff"], row["is_baseline"]),
-            _ci(row["f1_diff"], row["is_baseline"]),
+            format_ci(row["em_diff"], row["is_baseline"]),
+            format_ci(row["f1_diff"], row["is_baseline"]),
             "" if tokens is None else f"{tokens:.0f}",
             format_behaviour(row["behaviour"]),
         ]

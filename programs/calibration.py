@@ -27,7 +27,7 @@ from typing import Any
 import dspy
 
 from ragscale.programs.lm.adapter import CHOICE_LOGPROBS
-from ragscale.programs.lm.coerce import choices_of, coerce_field
+from ragscale.programs.lm.coerce import coerce_field, option_names
 
 CONTENT_FREE = ("N/A", "", "[MASK]")
 """The content-free inputs of the paper, each put in every input field."""
@@ -38,7 +38,7 @@ class CalibratedPredict(dspy.Predict):
 
     def __init__(self, signature, **config):
         super().__init__(signature, **config)
-        closed = [n for n, f in self.signature.output_fields.items() if _options(f.annotation)]
+        closed = [n for n, f in self.signature.output_fields.items() if option_names(f.annotation)]
         if len(closed) != 1 or len(self.signature.output_fields) != 1:
             raise ValueError(
                 f"CalibratedPredict: {self.signature.__name__} must have exactly one output, a closed choice "
@@ -87,9 +87,7 @@ class CalibratedPredict(dspy.Predict):
         if not found:
             return None
         shifted = {o: v - (self.calibration or {}).get(o, 0.0) for o, v in found.items()}
-        top = max(shifted.values())
-        total = sum(math.exp(v - top) for v in shifted.values())
-        return {o: math.exp(v - top) / total for o, v in shifted.items()}
+        return {o: math.exp(v) for o, v in _log_softmax(shifted).items()}
 
     def _finish(self, prediction: dspy.Prediction, lm) -> dspy.Prediction:
         """Move the option scores off the prediction's fields (a demonstration made from it must not carry them)
@@ -99,9 +97,7 @@ class CalibratedPredict(dspy.Predict):
         if CHOICE_LOGPROBS in prediction:
             del prediction[CHOICE_LOGPROBS]
         if found:
-            top = max(found.values())
-            total = top + math.log(sum(math.exp(v - top) for v in found.values()))
-            prediction._option_logprobs = {option: v - total for option, v in found.items()}
+            prediction._option_logprobs = _log_softmax(found)
         if self.calibration is None:
             return prediction
         scores = self._required(prediction, lm)
@@ -126,8 +122,8 @@ def _asking(lm, config: dict | None) -> dict:
     return {"config": {**(config or {}), "logprobs": True}, **({"lm": lm} if lm is not None else {})}
 
 
-def _options(annotation) -> list[str] | None:
-    if annotation is bool:
-        return ["yes", "no"]
-    choices = choices_of(annotation)
-    return [str(c) for c in choices] if choices else None
+def _log_softmax(scores: dict[str, float]) -> dict[str, float]:
+    """Log-probabilities normalised over the options."""
+    top = max(scores.values())
+    total = top + math.log(sum(math.exp(v - top) for v in scores.values()))
+    return {option: v - total for option, v in scores.items()}

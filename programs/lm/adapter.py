@@ -66,6 +66,7 @@ from ragscale.programs.lm.coerce import (
     coerce_field,
     description,
     is_list,
+    option_names,
     unwrap_optional,
 )
 
@@ -298,11 +299,7 @@ class FieldAdapter(dspy.Adapter):
 
     def closed_choices(self, field) -> list[str] | None:
         """The options of a closed-choice output field (Literal, Enum; "yes"/"no" for bool), else None."""
-        annotation = unwrap_optional(field.annotation)
-        if annotation is bool:
-            return ["yes", "no"]
-        choices = choices_of(annotation)
-        return [str(c) for c in choices] if choices else None
+        return option_names(unwrap_optional(field.annotation))
 
     def hinted_header(self, name: str, field) -> str | None:
         """The header of the one retry a closed-choice field gets when its first reply names no option."""

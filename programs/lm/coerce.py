@@ -263,6 +263,15 @@ def choices_of(annotation) -> tuple | None:
     return None
 
 
+def option_names(annotation) -> list[str] | None:
+    """A closed choice's options as the adapter sends and reads them: "yes"/"no" for a ``bool``, else the
+    ``choices_of`` values as strings; None for any other annotation."""
+    if annotation is bool:
+        return ["yes", "no"]
+    choices = choices_of(annotation)
+    return [str(c) for c in choices] if choices else None
+
+
 def is_enum(annotation) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, enum.Enum)
 
