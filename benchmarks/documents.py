@@ -11,7 +11,10 @@ and pages), it measures:
   `Predict(Answer)` over the `k` passages, most relevant last) and the LM of `--lm`;
 - LM calls and seconds per question. Without reranking the passages are the hybrid (BM25 + dense, RRF) top `k`;
   with it, the LM grades the hybrid top `--depth` (`Reranker`, one `Grade` call per candidate) and the `k` best
-  graded are kept, ties in hybrid order. The grades given are counted.
+  graded are kept, ties in hybrid order. The grades given are counted. The grader is compiled first, as
+  `ragscale run` compiles CRAG's and Self-RAG's (`compile_graders` with `--grader`, `labeled` by default, on the
+  first `--grader-train-limit` HotpotQA train questions' supporting and other paragraphs); `--grader none` grades
+  with the uncompiled predictor.
 
 Contextual chunks are written by the same LM at ingestion; the cost of writing them is printed once (contexts
 are cached in the collection, so a rerun with the same `--runs-dir` costs no LM calls for them). Each answered
@@ -83,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", dest="runs_dir", type=Path, default=REPO / "runs" / "bench-documents")
     parser.add_argument("--documents", type=Path, default=DOCUMENTS)
     parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--grader", default="labeled", help="teleprompter for the reranker's grader, or none")
+    parser.add_argument("--grader-train-limit", dest="grader_train_limit", type=int, default=32)
     parser.add_argument("--json", dest="json_path", type=Path)
     args = parser.parse_args(argv)
 
@@ -95,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     import dspy
     from dspy.utils.exceptions import AdapterParseError
 
+    from ragscale.data import load_split
     from ragscale.experiments.collection import Collection, ingest
+    from ragscale.optimizers.graders import compile_graders
     from ragscale.optimizers.metrics import accuracy, exact_match
+    from ragscale.optimizers.teleprompters import OPTIMIZERS
     from ragscale.programs.lm import load_lm, make_adapter, meter
     from ragscale.programs.rag import RAG
     from ragscale.programs.retrieval.rerank import Reranker
@@ -108,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(configs) - set(CONFIGS))
     if unknown:
         parser.error(f"unknown configs {unknown}; valid: {', '.join(CONFIGS)}")
+    if args.grader != "none" and args.grader not in OPTIMIZERS:
+        parser.error(f"unknown --grader {args.grader!r}; valid: none, {', '.join(sorted(OPTIMIZERS))}")
     lm = load_lm(args.lm, api_base=args.api_base, cache=False)
     adapter = make_adapter(args.adapter)
     settings = {
@@ -117,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         "depth": args.depth,
         "max_tokens": args.max_tokens,
         "document_chars": args.document_chars,
+        "grader": args.grader,
+        "grader_train_limit": args.grader_train_limit,
         "questions": hashlib.sha256(QUESTIONS.read_bytes()).hexdigest()[:12],
     }
     tag = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
@@ -158,12 +170,24 @@ def main(argv: list[str] | None = None) -> int:
         setup["contextual"]["contexts_paid"] = paid
     print(f"setup: {json.dumps(setup)}", file=sys.stderr, flush=True)
 
+    grader_state, grader = None, {"optimizer": args.grader}
     rows = []
     for config in configs:
         store = Collection(collections[config.split("+")[0]], args.runs_dir)
         chunks = store.by_id()
         retriever = store.retriever()
         reranker = Reranker(retriever, depth=args.depth, threads=args.threads) if config.endswith("+rerank") else None
+        if reranker is not None and grader_state is None:
+            start = time.perf_counter()
+            train = load_split("hotpotqa", "train")[: args.grader_train_limit]
+            with dspy.context(lm=lm, adapter=adapter), meter() as usage:
+                compile_graders(reranker, train, optimizer=args.grader, lm=lm, adapter=adapter)
+            grader_state = reranker.grade.dump_state()
+            grader |= {"demos": len(reranker.grade.demos), "lm_calls": usage.calls,
+                       "compile_s": round(time.perf_counter() - start, 1)}  # fmt: skip
+            print(f"grader: {json.dumps(grader)}", file=sys.stderr, flush=True)
+        elif reranker is not None:
+            reranker.grade.load_state(grader_state)
         records_path = records_dir / f"{config}-{tag}.jsonl"
         records = {}
         if records_path.is_file():
@@ -256,9 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"grades {row['config']}: {json.dumps(row['grades'])}")
     for name, info in setup.items():
         print(f"ingest {name}: {json.dumps(info)}")
+    print(f"grader: {json.dumps(grader)}")
     if args.json_path is not None:
         args.json_path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {**settings, "setup": setup, "rows": rows}
+        payload = {**settings, "setup": setup, "grader": grader, "rows": rows}
         write_json(args.json_path, payload, indent=2)
     return 0
 
