@@ -72,6 +72,20 @@ def answer_rank(passages: list, chunks: dict, question: dict) -> int | None:
     return None
 
 
+VERSUS = (("R@1", lambda r: r["rank"] == 1), ("R@k", lambda r: r["rank"] is not None), ("Acc", lambda r: r["acc"]),
+          ("EM", lambda r: r["em"]))  # fmt: skip
+
+
+def paired_difference(records: list[dict], base: list[dict], key) -> str:
+    """The paired bootstrap 95% CI of ``key`` (a share, in points) over the questions both record lists hold."""
+    from ragscale.experiments.compare import format_ci, paired_bootstrap
+
+    def score(rows: list[dict]) -> dict[str, float]:
+        return {r["id"]: 100.0 * float(key(r)) for r in rows}
+
+    return format_ci(paired_bootstrap(score(records), score(base)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
@@ -275,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
         cells += [f"{v:>{w}.1f}" for v, w in zip(values, widths[2:7], strict=True)]
         cells += [f"{row['lm_calls_per_q']:>{widths[7]}.2f}", f"{row['s_per_q']:>{widths[8]}.1f}"]
         print(" ".join(cells))
+    base = rows[0]
+    for row in rows[1:]:  # each configuration against the first, paired over the same questions
+        row["versus"] = {"config": base["config"]} | {
+            name: paired_difference(row["records"], base["records"], key) for name, key in VERSUS
+        }
+        cells = ", ".join(f"{name} {row['versus'][name]}" for name, _ in VERSUS)
+        print(f"{row['config']} - {base['config']} (n = {row['n']}, paired 95% CI): {cells}")
     for row in rows:
         if row["grades"]:
             print(f"grades {row['config']}: {json.dumps(row['grades'])}")
