@@ -119,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.optimizers.graders import compile_graders
     from ragscale.optimizers.metrics import accuracy, exact_match
     from ragscale.optimizers.teleprompters import OPTIMIZERS
+    from ragscale.programs.calibration import CalibratedPredict
     from ragscale.programs.lm import load_lm, make_adapter, meter
     from ragscale.programs.rag import RAG
     from ragscale.programs.retrieval.rerank import Reranker
+    from ragscale.signatures import Grade
 
     questions = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
     questions = questions[: args.limit] if args.limit else questions
@@ -184,24 +186,23 @@ def main(argv: list[str] | None = None) -> int:
         setup["contextual"]["contexts_paid"] = paid
     print(f"setup: {json.dumps(setup)}", file=sys.stderr, flush=True)
 
-    grader_state, grader = None, {"optimizer": args.grader}
+    grader = {"optimizer": args.grader}
+    if any(c.endswith("+rerank") for c in configs):  # one compiled grader for every reranked configuration
+        start = time.perf_counter()
+        train = load_split("hotpotqa", "train")[: args.grader_train_limit]
+        with dspy.context(lm=lm, adapter=adapter), meter() as usage:
+            learned = compile_graders(CalibratedPredict(Grade), train, optimizer=args.grader, lm=lm, adapter=adapter)
+        grader |= {"demos": len(learned.demos), "lm_calls": usage.calls,
+                   "compile_s": round(time.perf_counter() - start, 1)}  # fmt: skip
+        print(f"grader: {json.dumps(grader)}", file=sys.stderr, flush=True)
     rows = []
     for config in configs:
         store = Collection(collections[config.split("+")[0]], args.runs_dir)
         chunks = store.by_id()
         retriever = store.retriever()
         reranker = Reranker(retriever, depth=args.depth, threads=args.threads) if config.endswith("+rerank") else None
-        if reranker is not None and grader_state is None:
-            start = time.perf_counter()
-            train = load_split("hotpotqa", "train")[: args.grader_train_limit]
-            with dspy.context(lm=lm, adapter=adapter), meter() as usage:
-                compile_graders(reranker, train, optimizer=args.grader, lm=lm, adapter=adapter)
-            grader_state = reranker.grade.dump_state()
-            grader |= {"demos": len(reranker.grade.demos), "lm_calls": usage.calls,
-                       "compile_s": round(time.perf_counter() - start, 1)}  # fmt: skip
-            print(f"grader: {json.dumps(grader)}", file=sys.stderr, flush=True)
-        elif reranker is not None:
-            reranker.grade.load_state(grader_state)
+        if reranker is not None:
+            reranker.grade.load_state(learned.dump_state())
         records_path = records_dir / f"{config}-{tag}.jsonl"
         records = {}
         if records_path.is_file():
