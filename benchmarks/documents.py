@@ -10,8 +10,9 @@ and pages), it measures:
 - Acc / EM: answer accuracy (a gold alias contained in the prediction) and exact match, with RAG (one
   `Predict(Answer)` over the `k` passages, most relevant last) and the LM of `--lm`;
 - LM calls and seconds per question. Without reranking the passages are the hybrid (BM25 + dense, RRF) top `k`;
-  with it, the LM grades the hybrid top `--depth` (`Reranker`, one `Grade` call per candidate) and the `k` best
-  graded are kept, ties in hybrid order. The grades given are counted. The grader is compiled first, as
+  with it, the LM grades the hybrid top `--depth` (`Reranker`, one `Grade` call per candidate) and keeps `k`:
+  `+rerank` the `k` best graded (expected grade, ties in hybrid order), `+fused` the `k` best by RRF of the grade
+  order and the hybrid order (`order="fused"`). The grades given are counted. The grader is compiled first, as
   `ragscale run` compiles CRAG's and Self-RAG's (`compile_graders` with `--grader`, `labeled` by default, on the
   first `--grader-train-limit` HotpotQA train questions' supporting and other paragraphs); `--grader none` grades
   with the uncompiled predictor.
@@ -50,7 +51,8 @@ PDFS = (
     "simple_table.pdf",
     "simple_figure.pdf",
 )
-CONFIGS = ("plain", "plain+rerank", "contextual", "contextual+rerank")
+CONFIGS = ("plain", "plain+rerank", "plain+fused", "contextual", "contextual+rerank", "contextual+fused")
+ORDERS = {"rerank": "grade", "fused": "fused"}  # a configuration's suffix -> the reranker's order
 
 
 def _normalise(text: str) -> str:
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"setup: {json.dumps(setup)}", file=sys.stderr, flush=True)
 
     grader = {"optimizer": args.grader}
-    if any(c.endswith("+rerank") for c in configs):  # one compiled grader for every reranked configuration
+    if any("+" in c for c in configs):  # one compiled grader for every reranked configuration
         start = time.perf_counter()
         train = load_split("hotpotqa", "train")[: args.grader_train_limit]
         with dspy.context(lm=lm, adapter=adapter), meter() as usage:
@@ -197,11 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grader: {json.dumps(grader)}", file=sys.stderr, flush=True)
     rows = []
     for config in configs:
-        store = Collection(collections[config.split("+")[0]], args.runs_dir)
+        chunking, _, rerank = config.partition("+")
+        store = Collection(collections[chunking], args.runs_dir)
         chunks = store.by_id()
         retriever = store.retriever()
-        reranker = Reranker(retriever, depth=args.depth, threads=args.threads) if config.endswith("+rerank") else None
-        if reranker is not None:
+        reranker = None
+        if rerank:
+            reranker = Reranker(retriever, depth=args.depth, threads=args.threads, order=ORDERS[rerank])
             reranker.grade.load_state(learned.dump_state())
         records_path = records_dir / f"{config}-{tag}.jsonl"
         records = {}

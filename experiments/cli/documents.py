@@ -98,6 +98,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def add_ask(subparsers) -> None:
     from ragscale.programs import PROGRAMS
     from ragscale.programs.lm import ADAPTERS
+    from ragscale.programs.retrieval.rerank import ORDERS
 
     ask_cmd = subparsers.add_parser("ask", help="answer a question over an ingested collection, with its sources")
     ask_cmd.add_argument("question")
@@ -109,6 +110,13 @@ def add_ask(subparsers) -> None:
     ask_cmd.add_argument("--k", type=int, default=5, help="passages per retrieval (default: 5)")
     ask_cmd.add_argument(
         "--rerank", type=int, default=0, metavar="DEPTH", help="grade DEPTH hybrid candidates with the LM first"
+    )
+    ask_cmd.add_argument(
+        "--rerank-order",
+        dest="rerank_order",
+        choices=ORDERS,
+        default="grade",
+        help="keep the best graded (grade) or fuse the grade order with the hybrid order by RRF (fused)",
     )
     ask_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
     ask_cmd.add_argument("--json", dest="json_path", type=Path, help="also write the answer and sources as JSON")
@@ -140,6 +148,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             method=args.method,
             k=args.k,
             rerank_depth=args.rerank,
+            rerank_order=args.rerank_order,
         )
     print(f"answer: {result['answer']}")
     print("sources:")

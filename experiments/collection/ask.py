@@ -39,12 +39,13 @@ def ask(
     method: str = "rag",
     k: int = 5,
     rerank_depth: int = 0,
+    rerank_order: str = "grade",
     retriever_kind: str = "hybrid",
 ) -> dict[str, Any]:
     """Answer `question` over `collection` with `method`, using the LM configured in `dspy.settings`.
 
     Returns {"answer", "sources": [{"document", "page", "kind", "id"}, ...]}. `rerank_depth` > 0 puts the LM
-    grader (`Reranker`) over that many hybrid candidates.
+    grader (`Reranker`) over that many hybrid candidates, ordered by `rerank_order` (`Reranker`'s `order`).
     """
     store = Collection(collection, runs_dir)
     if not store.exists:
@@ -53,7 +54,7 @@ def ask(
     if rerank_depth > 0:
         from ragscale.programs.retrieval.rerank import Reranker
 
-        retriever = Reranker(retriever, depth=rerank_depth)
+        retriever = Reranker(retriever, depth=rerank_depth, order=rerank_order)
     from ragscale.programs import build_program
 
     try:

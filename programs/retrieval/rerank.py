@@ -6,8 +6,15 @@ candidates (relevant / ambiguous / irrelevant, as in CRAG and Self-RAG) and the 
 grade, ties kept in first-stage order, so with ``depth`` > ``k`` a passage graded relevant climbs from below
 the cut. The grader is a DSPy predictor, so a program holding a ``Reranker`` as its retriever compiles it too
 (``program.retriever.grade``). After reranking, ``k`` passages are kept and, when ``budget`` is set, cut to the
-passages that fit in ``budget`` tokens (``trim_to_budget``). A kept passage's ``score`` is its grade's
-(``GRADE_SCORE``: 1 relevant, 0.5 ambiguous, 0 irrelevant), in expectation when the LM scores the options.
+passages that fit in ``budget`` tokens (``trim_to_budget``). With ``order="grade"`` a kept passage's ``score`` is
+its grade's (``GRADE_SCORE``: 1 relevant, 0.5 ambiguous, 0 irrelevant), in expectation when the LM scores the
+options.
+
+``order="fused"`` fuses the grade order with the first-stage order by reciprocal rank fusion (``rrf``, k = 60,
+equal weights; ``score`` is the fused score) instead of replacing it: a grader that calls most candidates
+relevant then moves the ones it rejects down without undoing a first-stage order that was already right, while a
+candidate both rankings place high still wins. Interpolating a first-stage score with a reranker's is the usual
+remedy when the reranker alone is weaker than the retriever (Wang, Zhuang and Zuccon, ICTIR 2021).
 
 With the local engine a grade is a constrained choice (the adapter sends the options as a JSON-schema enum
 and the engine answers with the most likely one), so it always parses, and the engine returns every option's
@@ -34,16 +41,19 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from ragscale.programs.calibration import CalibratedPredict
+from ragscale.programs.retrieval.hybrid import rrf
 from ragscale.programs.retrieval.passage import Passage, Retriever, format_passage, trim_to_budget
 from ragscale.signatures import Grade
 
 logger = logging.getLogger(__name__)
 
 GRADE_SCORE = {"relevant": 1.0, "ambiguous": 0.5, "irrelevant": 0.0}
+ORDERS = ("grade", "fused")
 
 
 class Reranker(dspy.Module):
-    """retrieve(query, max(k, depth)) -> grade each -> order by grade -> top k -> cut to ``budget`` tokens."""
+    """retrieve(query, max(k, depth)) -> grade each -> order by grade (or fused with the first-stage order) -> top k
+    -> cut to ``budget`` tokens."""
 
     def __init__(
         self,
@@ -53,12 +63,15 @@ class Reranker(dspy.Module):
         budget: int | None = None,
         count_tokens: Callable[[str], int] | None = None,
         threads: int = 4,
+        order: str = "grade",
     ):
         super().__init__()
+        if order not in ORDERS:
+            raise ValueError(f"unknown reranker order {order!r}; valid: {', '.join(ORDERS)}")
         if budget is not None and count_tokens is None:
             raise ValueError("a token budget needs count_tokens (e.g. functools.partial(count_tokens, lm))")
         self.retriever, self.depth, self.budget, self.threads = retriever, depth, budget, threads
-        self.count_tokens = count_tokens
+        self.count_tokens, self.order = count_tokens, order
         self.grade = CalibratedPredict(Grade)
         self.grade_counts: Counter[str] = Counter()  # every grade given so far, "unparsed" for a failed parse
 
@@ -88,11 +101,14 @@ class Reranker(dspy.Module):
             graded = [self._grade(query, p) for p in candidates]
         self.grade_counts.update(grade for grade, _ in graded)
         scores = [score for _, score in graded]
-        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
-        ranked = [replace(candidates[i], score=scores[i]) for i in order][:k]
+        by_grade = [
+            replace(candidates[i], score=scores[i])
+            for i in sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+        ]
+        ranked = (by_grade if self.order == "grade" else rrf([by_grade, candidates]))[:k]
         if self.budget is not None:
             ranked = trim_to_budget(ranked, self.budget, self.count_tokens)
         return ranked
 
     def __repr__(self) -> str:
-        return f"Reranker({self.retriever!r}, depth={self.depth}, budget={self.budget})"
+        return f"Reranker({self.retriever!r}, depth={self.depth}, budget={self.budget}, order={self.order!r})"

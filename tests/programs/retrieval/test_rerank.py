@@ -70,3 +70,24 @@ def test_with_option_scores_candidates_of_one_label_are_ordered_by_their_expecte
         calibrated = reranker("Who wrote Hamlet?", 3)
     assert [p.id for p in calibrated] == ["2", "1", "0"]
     assert calibrated[2].score < 0.5  # calibrated, the Eiffel passage is more likely irrelevant than not
+
+
+def test_fused_order_moves_rejected_candidates_down_without_discarding_the_first_stage_order():
+    import pytest
+
+    from ragscale.programs.retrieval import Passage
+    from ragscale.programs.retrieval.rerank import Reranker
+
+    found = [Passage(id=str(i), title=f"doc {i}", text=f"text {i}") for i in range(1, 5)]
+    grades = [{"grade": g} for g in ("irrelevant", "relevant", "relevant", "irrelevant")]
+    with dspy.context(lm=DummyLM(grades), adapter=dspy.ChatAdapter()):
+        by_grade = Reranker(_fixed_retriever(found), depth=4, threads=1)("q", 4)
+    with dspy.context(lm=DummyLM(grades), adapter=dspy.ChatAdapter()):
+        fused = Reranker(_fixed_retriever(found), depth=4, threads=1, order="fused")("q", 4)
+    assert [p.id for p in by_grade] == ["2", "3", "1", "4"]
+    # RRF of grade ranks (2, 3, 1, 4) and first-stage ranks (1, 2, 3, 4): 1/61 + 1/62 for "2" beats
+    # 1/63 + 1/61 for "1", which beats 1/62 + 1/63 for "3"
+    assert [p.id for p in fused] == ["2", "1", "3", "4"]
+    assert fused[0].score == pytest.approx(1 / 61 + 1 / 62)
+    with pytest.raises(ValueError, match="unknown reranker order 'label'; valid: grade, fused"):
+        Reranker(_fixed_retriever(found), order="label")
