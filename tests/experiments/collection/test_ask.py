@@ -25,3 +25,21 @@ def test_ask_answers_with_the_sources_it_used(documents, tmp_path):
     assert any(s["document"] == "simple_table.pdf" and s["kind"] == "table" for s in result["sources"])
     prompt = json.dumps(lm.history[-1]["messages"])
     assert "| Header 1 | Header 2 |" in prompt  # the table reached the answering prompt as markdown
+
+
+def test_ask_reranks_in_the_order_asked_for(documents, tmp_path):
+    import pytest
+
+    runs = tmp_path / "runs"
+    ingest([documents / "report.md", documents / "notes.txt"], collection="c", runs_dir=runs, ocr=False)
+    with dspy.context(lm=DummyLM([{"answer": "it grows"}]), adapter=dspy.ChatAdapter()):
+        plain = ask("What does the report say?", collection="c", runs_dir=runs, k=3, retriever_kind="bm25")
+    lm = DummyLM([{"grade": "relevant"}] * 3 + [{"answer": "it grows"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        fused = ask("What does the report say?", collection="c", runs_dir=runs, k=3, retriever_kind="bm25",
+                    rerank_depth=3, rerank_order="fused")  # fmt: skip
+    assert fused["answer"] == "it grows"
+    assert len(lm.history) == 4  # three grades, then the answer
+    assert [s["id"] for s in fused["sources"]] == [s["id"] for s in plain["sources"]]  # equal grades: hybrid order
+    with pytest.raises(ValueError, match="unknown reranker order 'best'; valid: grade, fused"):
+        ask("What?", collection="c", runs_dir=runs, rerank_depth=3, rerank_order="best")
