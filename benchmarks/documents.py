@@ -11,11 +11,11 @@ and pages), it measures:
   `Predict(Answer)` over the `k` passages, most relevant last) and the LM of `--lm`;
 - LM calls and seconds per question. Without reranking the passages are the hybrid (BM25 + dense, RRF) top `k`;
   with it, the LM grades the hybrid top `--depth` (`Reranker`, one `Grade` call per candidate) and keeps `k`:
-  `+rerank` the `k` best graded (expected grade, ties in hybrid order), `+fused` the `k` best by RRF of the grade
-  order and the hybrid order (`order="fused"`). The grades given are counted. The grader is compiled first, as
-  `ragscale run` compiles CRAG's and Self-RAG's (`compile_graders` with `--grader`, `labeled` by default, on the
-  first `--grader-train-limit` HotpotQA train questions' supporting and other paragraphs); `--grader none` grades
-  with the uncompiled predictor.
+  `+grade` the `k` best graded (expected grade, ties in hybrid order; `order="grade"`), `+fused` the `k` best by
+  RRF of the grade order and the hybrid order (`order="fused"`). The grades given are counted. The grader is
+  compiled first, as `ragscale run` compiles CRAG's and Self-RAG's (`compile_graders` with `--grader`, `labeled` by
+  default, on the first `--grader-train-limit` HotpotQA train questions' supporting and other paragraphs);
+  `--grader none` grades with the uncompiled predictor.
 
 Contextual chunks are written by the same LM at ingestion; the cost of writing them is printed once (contexts
 are cached in the collection, so a rerun with the same `--runs-dir` costs no LM calls for them). Each answered
@@ -51,8 +51,7 @@ PDFS = (
     "simple_table.pdf",
     "simple_figure.pdf",
 )
-CONFIGS = ("plain", "plain+rerank", "plain+fused", "contextual", "contextual+rerank", "contextual+fused")
-ORDERS = {"rerank": "grade", "fused": "fused"}  # a configuration's suffix -> the reranker's order
+CONFIGS = ("plain", "plain+grade", "plain+fused", "contextual", "contextual+grade", "contextual+fused")  # +order
 
 
 def _normalise(text: str) -> str:
@@ -199,13 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grader: {json.dumps(grader)}", file=sys.stderr, flush=True)
     rows = []
     for config in configs:
-        chunking, _, rerank = config.partition("+")
+        chunking, _, order = config.partition("+")
         store = Collection(collections[chunking], args.runs_dir)
         chunks = store.by_id()
         retriever = store.retriever()
         reranker = None
-        if rerank:
-            reranker = Reranker(retriever, depth=args.depth, threads=args.threads, order=ORDERS[rerank])
+        if order:
+            reranker = Reranker(retriever, depth=args.depth, threads=args.threads, order=order)
             reranker.grade.load_state(learned.dump_state())
         records_path = records_dir / f"{config}-{tag}.jsonl"
         records = {}

@@ -115,8 +115,8 @@ def add_ask(subparsers) -> None:
         "--rerank-order",
         dest="rerank_order",
         choices=ORDERS,
-        default="grade",
-        help="keep the best graded (grade) or fuse the grade order with the hybrid order by RRF (fused)",
+        default="fused",
+        help="fuse the grade order with the hybrid order by RRF (fused, the default) or keep the best graded (grade)",
     )
     ask_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
     ask_cmd.add_argument("--json", dest="json_path", type=Path, help="also write the answer and sources as JSON")

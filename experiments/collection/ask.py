@@ -39,7 +39,7 @@ def ask(
     method: str = "rag",
     k: int = 5,
     rerank_depth: int = 0,
-    rerank_order: str = "grade",
+    rerank_order: str = "fused",
     retriever_kind: str = "hybrid",
 ) -> dict[str, Any]:
     """Answer `question` over `collection` with `method`, using the LM configured in `dspy.settings`.

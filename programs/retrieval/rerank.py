@@ -2,19 +2,20 @@
 
 No cross-encoder ships its weights in a PyPI package (STACK-NOTES; ``flashrank`` 0.2.10 downloads its model
 at run time), so the reranker is the LM itself: ``Predict(Grade)`` judges each of the first ``depth``
-candidates (relevant / ambiguous / irrelevant, as in CRAG and Self-RAG) and the candidates are reordered by
-grade, ties kept in first-stage order, so with ``depth`` > ``k`` a passage graded relevant climbs from below
-the cut. The grader is a DSPy predictor, so a program holding a ``Reranker`` as its retriever compiles it too
-(``program.retriever.grade``). After reranking, ``k`` passages are kept and, when ``budget`` is set, cut to the
-passages that fit in ``budget`` tokens (``trim_to_budget``). With ``order="grade"`` a kept passage's ``score`` is
-its grade's (``GRADE_SCORE``: 1 relevant, 0.5 ambiguous, 0 irrelevant), in expectation when the LM scores the
-options.
+candidates (relevant / ambiguous / irrelevant, as in CRAG and Self-RAG), and the candidates are reordered:
 
-``order="fused"`` fuses the grade order with the first-stage order by reciprocal rank fusion (``rrf``, k = 60,
-equal weights; ``score`` is the fused score) instead of replacing it: a grader that calls most candidates
-relevant then moves the ones it rejects down without undoing a first-stage order that was already right, while a
-candidate both rankings place high still wins. Interpolating a first-stage score with a reranker's is the usual
-remedy when the reranker alone is weaker than the retriever (Wang, Zhuang and Zuccon, ICTIR 2021).
+- ``order="fused"`` (the default): the grade order fused with the first-stage order by reciprocal rank fusion
+  (``rrf``, k = 60, equal weights; ``score`` is the fused score). A candidate the grader rejects moves down and
+  one it prefers moves up, but a first-stage order that was already right is not thrown away on a weak grader's
+  word. Combining first-stage and reranker evidence is the usual remedy when the reranker alone is weaker than the
+  retriever (Wang, Zhuang and Zuccon, ICTIR 2021).
+- ``order="grade"``: by grade alone, ties kept in first-stage order; ``score`` is the grade's (``GRADE_SCORE``:
+  1 relevant, 0.5 ambiguous, 0 irrelevant), in expectation when the LM scores the options.
+
+With ``depth`` > ``k`` a passage the grader prefers can climb from below the cut. The grader is a DSPy
+predictor, so a program holding a ``Reranker`` as its retriever compiles it too (``program.retriever.grade``).
+After reranking, ``k`` passages are kept and, when ``budget`` is set, cut to the passages that fit in ``budget``
+tokens (``trim_to_budget``).
 
 With the local engine a grade is a constrained choice (the adapter sends the options as a JSON-schema enum
 and the engine answers with the most likely one), so it always parses, and the engine returns every option's
@@ -52,8 +53,8 @@ ORDERS = ("grade", "fused")
 
 
 class Reranker(dspy.Module):
-    """retrieve(query, max(k, depth)) -> grade each -> order by grade (or fused with the first-stage order) -> top k
-    -> cut to ``budget`` tokens."""
+    """retrieve(query, max(k, depth)) -> grade each -> fuse the grade order with the first-stage order (or order by
+    grade alone) -> top k -> cut to ``budget`` tokens."""
 
     def __init__(
         self,
@@ -63,7 +64,7 @@ class Reranker(dspy.Module):
         budget: int | None = None,
         count_tokens: Callable[[str], int] | None = None,
         threads: int = 4,
-        order: str = "grade",
+        order: str = "fused",
     ):
         super().__init__()
         if order not in ORDERS:

@@ -27,7 +27,7 @@ def test_ask_answers_with_the_sources_it_used(documents, tmp_path):
     assert "| Header 1 | Header 2 |" in prompt  # the table reached the answering prompt as markdown
 
 
-def test_ask_reranks_in_the_order_asked_for(documents, tmp_path):
+def test_ask_reranks_with_the_grader_in_fused_order_by_default(documents, tmp_path):
     import pytest
 
     runs = tmp_path / "runs"
@@ -37,7 +37,7 @@ def test_ask_reranks_in_the_order_asked_for(documents, tmp_path):
     lm = DummyLM([{"grade": "relevant"}] * 3 + [{"answer": "it grows"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         fused = ask("What does the report say?", collection="c", runs_dir=runs, k=3, retriever_kind="bm25",
-                    rerank_depth=3, rerank_order="fused")  # fmt: skip
+                    rerank_depth=3)  # fmt: skip
     assert fused["answer"] == "it grows"
     assert len(lm.history) == 4  # three grades, then the answer
     assert [s["id"] for s in fused["sources"]] == [s["id"] for s in plain["sources"]]  # equal grades: hybrid order
