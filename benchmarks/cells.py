@@ -2,14 +2,17 @@
 
 A cell is one row of a methods table: a method (or an oracle row) x an optimizer on a dataset, run by
 ``run_experiment`` as ``ragscale run`` runs it (hybrid retrieval over the paragraphs of the run's questions,
-k = 5, 2 demonstrations of at most 3 documents, DSPy's cache off, tracked in MLflow under the out dir's parent).
-A compiling optimizer that runs DSPy's teacher program (bootstrap, ...) runs it on the teacher LM. Its summary is
-written to ``<out-dir>/<dataset>__<row>__<optimizer>__n<limit>.json``: a rerun reads it instead of running the
-cell again, so an interrupted benchmark resumes where it stopped.
+k = 5, 2 demonstrations of at most 3 documents, DSPy's cache off, tracked in MLflow under ``runs_dir``, by default
+the out dir's parent). A compiling optimizer that runs DSPy's teacher program (bootstrap, ...) runs it on the
+teacher LM. Its summary is written to ``<out-dir>/<dataset>__<row>__<optimizer>__n<limit>.json`` with each
+question's scores (``scores``: id -> em, f1, acc): a rerun reads it instead of running the cell again, so an
+interrupted benchmark resumes where it stopped, and a folder of finished cells compares its cells by itself, on
+a machine without the MLflow store that ran them.
 
 The oracle rows are the RAG program given the question's gold paragraphs (``oracle-gold``) or all its paragraphs
 (``oracle-all``), through ``OracleRetriever``. Two cells are compared question by question: the paired bootstrap
-95% CI of the difference of their EM (or F1), from the per-question records MLflow holds.
+95% CI of the difference of their EM (or F1), from the cells' scores (or, for a cell kept without them, the
+per-question records MLflow holds).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
 
 ORACLE_ROWS = ("oracle-gold", "oracle-all")
+SCORES = ("em", "f1", "acc")
 __all__ = ["EFFECTIVE_CONTEXT", "ORACLE_ROWS", "Cells", "behaviour_cell", "paired", "records_of"]
 
 
@@ -30,11 +34,11 @@ class Cells:
 
     def __init__(self, *, lm: str, teacher: str | None, limit: int, train_limit: int, out_dir: Path,
                  threads: int = 8, gepa_budget: str | None = None, prefix: str = "cell",
-                 api_base: str | None = None):  # fmt: skip
+                 api_base: str | None = None, runs_dir: Path | None = None):  # fmt: skip
         self.lm_name, self.teacher_name, self.limit, self.train_limit = lm, teacher, limit, train_limit
         self.api_base = api_base  # the server of the student (an openai/<model>); the teacher is local
         self.out_dir, self.threads, self.gepa_budget, self.prefix = out_dir, threads, gepa_budget, prefix
-        self.runs_dir = out_dir.parent
+        self.runs_dir = runs_dir or out_dir.parent
         self._lms: dict[tuple[str, int | None, str | None], object] = {}
         out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -98,12 +102,17 @@ class Cells:
             check_context=True,  # a cell whose prompts cannot fit fails before it runs
         )
         summary["row"], summary["benchmark_wall_s"] = row, round(time.perf_counter() - start, 1)
+        records = records_of(summary, self.runs_dir)
+        summary["scores"] = {i: {k: r[k] for k in SCORES} for i, r in records.items()}
         write_json(self.path(dataset, row, optimizer), summary, indent=2)
         return summary
 
 
 def records_of(summary: dict, runs_dir: Path) -> dict[str, dict]:
-    """The per-question records of a finished cell, by question id (``ledger.run_records``)."""
+    """The per-question scores of a finished cell, by question id: those it keeps, else its MLflow run's records
+    (``ledger.run_records``)."""
+    if "scores" in summary:
+        return summary["scores"]
     from ragscale.experiments.sweep.ledger import run_records
 
     rows = run_records(runs_dir, summary["mlflow_run_id"])

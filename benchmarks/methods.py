@@ -3,16 +3,17 @@ each method's paired CI against RAG.
 
     python benchmarks/methods.py [--datasets hotpotqa] [--limit 100] [--lm qwen2.5-coder-0.5b] [--api-base URL]
                                  [--teacher qwen2.5-coder-1.5b] [--methods rag,crag] [--optimizers none,bootstrap]
-                                 [--no-oracle] [--out-dir runs/methods-<lm>] [--json FILE]
+                                 [--no-oracle] [--out-dir runs/methods-<lm>] [--runs-dir runs] [--json FILE]
 
 Per dataset it runs RAG uncompiled first (the baseline of every comparison), then each method x optimizer in
 registry order, then the two oracle rows (the RAG program given the question's gold paragraphs, and given all its
 paragraphs). Every cell is a ``cells.Cells`` run: the runner of ``ragscale run`` on the first ``--limit`` dev
 questions, compiled with the teacher LM running DSPy's teacher program on the first ``--train-limit`` train
-questions (``bootstrap``), its summary kept as JSON so a rerun skips finished cells and an interrupted benchmark
-resumes. Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its demonstrations), so it is not run:
-its row is RAG's. A cell that cannot run (a configuration error, prompts over the context window) is reported and
-the others go on.
+questions (``bootstrap``), its summary and per-question scores kept as JSON in ``--out-dir`` (MLflow's store is
+``--runs-dir``), so a rerun skips finished cells, an interrupted benchmark resumes, and a folder of finished cells
+prints its table and CIs on any machine. Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its
+demonstrations), so it is not run: its row is RAG's. A cell that cannot run (a configuration error, prompts over
+the context window) is reported and the others go on.
 
 Prints one table per dataset: EM, F1, Acc, retrieval recall, LM calls and effective context per question,
 questions per minute (the evaluation alone), compile seconds, the method's behaviour values, and the paired
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-oracle", action="store_true", help="leave out the two oracle rows")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--out-dir", type=Path, help="where the cells' JSON goes (default runs/methods-<lm>)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="MLflow's store and the indexes")
     parser.add_argument("--json", type=Path, help="write every summary and comparison as one JSON file")
     args = parser.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -96,10 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         teacher=args.teacher,
         limit=args.limit,
         train_limit=args.train_limit,
-        out_dir=args.out_dir or Path("runs") / f"methods-{args.lm.replace('/', '_')}",
+        out_dir=args.out_dir or args.runs_dir / f"methods-{args.lm.replace('/', '_')}",
         threads=args.threads,
         prefix="methods",
         api_base=args.api_base,
+        runs_dir=args.runs_dir,
     )
     report: dict = {"lm": args.lm, "teacher": args.teacher, "limit": args.limit, "datasets": {}}
     skipped = []
