@@ -3,9 +3,10 @@
 Every output is coerced to its field's annotation: ``str`` (stripped, cut at end markers and stray headers;
 a copy of the prompt's template is refused), ``bool`` (first word yes/no/true/false), ``Literal[...]`` and
 ``Enum`` (exact, prefix, contained, then closest by difflib), ``list[str]`` (a JSON list, lines, bullets or
-numbering), ``int``/``float`` (the first number), anything else through pydantic. A value that cannot be
-coerced -- an empty or pure-template-junk string included -- raises ``FieldParseError`` naming the signature,
-the field and the raw text. ``choices_of`` is the one reading of a closed choice's options.
+numbering; an item holding several questions is one item per question), ``int``/``float`` (the first number),
+anything else through pydantic. A value that cannot be coerced -- an empty or pure-template-junk string included
+-- raises ``FieldParseError`` naming the signature, the field and the raw text. ``choices_of`` is the one
+reading of a closed choice's options.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ END_MARKERS: tuple[str, ...] = (
 
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _LIST_ITEM = re.compile(r"^\s*(?:\[\d+\]|\(?\d+[.)]|[-*\u2022+])\s+")
+_AFTER_QUESTION = re.compile(r"(?<=\?)\s+(?=\S)")  # where one question ends and the next begins
 _WORD = re.compile(r"[a-z]+")
 _TRUE_WORDS = frozenset({"yes", "true", "y", "correct", "1"})
 _FALSE_WORDS = frozenset({"no", "false", "n", "incorrect", "none", "0"})
@@ -172,23 +174,26 @@ def coerce_number(text: str) -> float:
 
 
 def coerce_list(raw: str, headers: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Items from a JSON list, or from lines that are bullets or numbered; otherwise one item per line."""
+    """Items from a JSON list, or from lines that are bullets or numbered; otherwise one item per line. An item
+    holding several questions ("Who was X? Who was Y?") is split into them: small models write a list of
+    questions as one line or one JSON string, and a method must see each sub-question or query on its own."""
     text = clean_text(raw, headers)
+    items = None
     if text.startswith("["):
         try:
             parsed = json.loads(text)
             if isinstance(parsed, list):
-                return [str(x).strip() for x in parsed if str(x).strip()]
+                items = [str(x) for x in parsed]
         except json.JSONDecodeError:
             pass
-    if text.strip().lower() in ("(none)", "none", "[]"):
-        return []
-    lines = [line for line in text.splitlines() if line.strip()]
-    items = [_LIST_ITEM.sub("", line).strip() for line in lines]
-    items = [i for i in items if i]
-    if not items:
-        raise ValueError("expected a list: lines, bullets or numbered items")
-    return items
+    if items is None:
+        if text.strip().lower() in ("(none)", "none", "[]"):
+            return []
+        items = text.splitlines()
+        if not any(_LIST_ITEM.sub("", line).strip() for line in items):
+            raise ValueError("expected a list: lines, bullets or numbered items")
+    parts = (_LIST_ITEM.sub("", part).strip() for item in items for part in _AFTER_QUESTION.split(item))
+    return [part for part in parts if part]
 
 
 _NOTHING = frozenset({"no", "none", "n/a", "na", "nothing", "empty", "(empty)", "(none)", "-"})

@@ -360,3 +360,30 @@ def test_a_list_field_is_opened_by_its_header_alone():
     server = dspy.LM("openai/some-model", api_base="http://127.0.0.1:9/v1", api_key="unused", cache=False)
     messages, _ = next(FieldAdapter()._plans(server, {}, ListNames, [], {"text": "x"})[0])
     assert messages[-1]["role"] == "user"  # a server writes the whole list itself
+
+
+class ListQuestions(dspy.Signature):
+    """Break the question into simpler questions."""
+
+    question: str = dspy.InputField()
+    sub_questions: list[str] = dspy.OutputField()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        " Who directed Jaws? When was he born?",  # one line
+        ' ["Who directed Jaws? When was he born?"]',  # one JSON string
+        " 1. Who directed Jaws? 2. When was he born?",  # numbered on one line
+        "\n- Who directed Jaws?\n- When was he born?",  # one per line, as before
+    ],
+)
+def test_a_list_item_holding_several_questions_is_one_item_per_question(raw):
+    # Qwen 0.5B writes its sub-questions as one item more often than as a list
+    pred, _ = predict(ListQuestions, [raw], question="When was the director of Jaws born?")
+    assert pred.sub_questions == ["Who directed Jaws?", "When was he born?"]
+
+
+def test_a_list_item_without_a_question_inside_it_is_kept_whole():
+    pred, _ = predict(ListNames, [' ["Lovelace, Ada. Turing, Alan", "Who? Hopper"]'], text="Ada met Alan.")
+    assert pred.names == ["Lovelace, Ada. Turing, Alan", "Who?", "Hopper"]  # split after "?", nowhere else
