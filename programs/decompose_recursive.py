@@ -10,7 +10,7 @@ answers them and then the question itself, given the ``answered`` pairs so far.
 
 import dspy
 
-from ragscale.programs.behaviour import sub_question_counts
+from ragscale.programs.behaviour import is_multi_hop, sub_question_counts
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures.methods import AnswerInOrder, ListSubQuestions
 
@@ -32,6 +32,13 @@ class DecomposeRecursive(dspy.Module):
     def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
         """Sub-questions answered, and how many differ from the question itself."""
         return sub_question_counts(question, prediction.sub_questions)
+
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows the decomposition when a multi-hop question was broken into at least two sub-questions
+        that differ from it: one sub-question is a rewrite, not a reduction to simpler problems. A single-hop
+        question may go without."""
+        shown = self.behaviour(example.question, prediction)["distinct_sub_questions"]
+        return not is_multi_hop(example) or shown >= 2
 
     def forward(self, question: str) -> dspy.Prediction:
         sub_questions = self.decompose(question=question).sub_questions[: self.max_sub_questions]

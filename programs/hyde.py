@@ -35,6 +35,10 @@ class HyDE(dspy.Module):
         words = len(str(prediction.hypothetical_passage or "").split())
         return {"hypothetical_passage_rate": float(words > 0), "hypothetical_passage_words": words}
 
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows HyDE's step when it wrote a hypothetical passage to search with."""
+        return self.behaviour(example.question, prediction)["hypothetical_passage_rate"] == 1.0
+
     def forward(self, question: str) -> dspy.Prediction:
         hypothetical = self.hypothesize(question=question).passage
         search = getattr(self.retriever, "dense", self.retriever)

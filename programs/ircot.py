@@ -15,6 +15,7 @@ computed prefixes computes only what the step added.
 
 import dspy
 
+from ragscale.programs.behaviour import is_multi_hop
 from ragscale.programs.retrieval import Passage, format_passage, most_relevant_last, references
 from ragscale.signatures import Answer
 from ragscale.signatures.methods import ContinueReasoning
@@ -40,6 +41,12 @@ class IRCoT(dspy.Module):
         """Reasoning steps written, and the retrievals they led to (one per step that did not yet state the
         answer)."""
         return {"steps": len(prediction.reasoning), "step_retrievals": len(prediction.queries) - 1}
+
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows IRCoT's step when, on a multi-hop question, a reasoning sentence led to a retrieval: a
+        trace that states the answer in its first sentence never interleaves. A single-hop question may go
+        without."""
+        return not is_multi_hop(example) or self.behaviour(example.question, prediction)["step_retrievals"] >= 1
 
     def forward(self, question: str) -> dspy.Prediction:
         queries, reasoning = [question], []

@@ -34,6 +34,10 @@ class MultiQuery(dspy.Module):
         """Distinct queries retrieved for, the question included."""
         return {"distinct_queries": distinct(prediction.queries)}
 
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows Multi-Query's step when it retrieved for a rephrasing of its own, not only the question."""
+        return distinct(prediction.queries) >= 2
+
     def forward(self, question: str) -> dspy.Prediction:
         rephrasings = self.rephrase(question=question, n=self.n_queries).queries[: self.n_queries]
         queries = [question, *rephrasings]

@@ -35,6 +35,10 @@ class RAGFusion(dspy.Module):
         """Distinct queries retrieved for, the question included."""
         return {"distinct_queries": distinct(prediction.queries)}
 
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows RAG-Fusion's step when it fused a ranking for a query of its own, not only the question's."""
+        return distinct(prediction.queries) >= 2
+
     def forward(self, question: str) -> dspy.Prediction:
         generated = self.rephrase(question=question, n=self.n_queries).queries[: self.n_queries]
         queries = [question, *generated]

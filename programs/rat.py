@@ -37,6 +37,10 @@ class RAT(dspy.Module):
         changed = sum(same_question(draft) != same_question(revised) for draft, revised in pairs)
         return {"steps": len(pairs), "revised_step_rate": changed / len(pairs) if pairs else 0.0}
 
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows RAT's step when at least one draft step was revised against retrieval."""
+        return self.behaviour(example.question, prediction)["steps"] >= 1
+
     def forward(self, question: str) -> dspy.Prediction:
         draft = self.draft(question=question).steps[: self.max_steps]
         revised: list[str] = []

@@ -49,6 +49,11 @@ class SearchChain(dspy.Module):
             "replans": prediction.replans,
         }
 
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows Search-in-the-Chain's step when at least one node of its chain was checked against
+        retrieval."""
+        return self.behaviour(example.question, prediction)["steps"] >= 1
+
     def forward(self, question: str) -> dspy.Prediction:
         pending = chain_of(self.plan(question=question, checked=[]))
         checked: list[str] = []

@@ -37,6 +37,10 @@ class StepBackRAG(dspy.Module):
         ) != same_question(question)
         return {"step_back_rate": float(differs)}
 
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """A trace shows Step-Back's step when its step-back question differs from the question."""
+        return self.behaviour(example.question, prediction)["step_back_rate"] == 1.0
+
     def forward(self, question: str) -> dspy.Prediction:
         step_back_question = self.step_back(question=question).step_back_question
         found = self.retriever(question, self.k)

@@ -596,6 +596,40 @@ def test_every_method_reports_its_defining_step_from_its_prediction(method):
     assert program.behaviour(QUESTION, prediction) == pytest.approx(BEHAVIOUR[method])
 
 
+# Each method's defining step skipped, as a prediction: no rephrasing, the question restated as its one
+# sub-question or step-back question, no hypothetical passage, the answer stated before any step retrieval, no
+# node checked, no draft step, no retrieval.
+SKIPPED = {
+    "multi-query": dspy.Prediction(queries=[QUESTION]),
+    "rag-fusion": dspy.Prediction(queries=[QUESTION]),
+    "decompose-recursive": dspy.Prediction(sub_questions=[QUESTION]),
+    "decompose-individual": dspy.Prediction(sub_questions=["Who directed Doctor Strange?"]),  # one is a rewrite
+    "step-back": dspy.Prediction(step_back_question=QUESTION),
+    "hyde": dspy.Prediction(hypothetical_passage=""),
+    "ircot": dspy.Prediction(reasoning=["So the answer is: Denver."], queries=[QUESTION]),
+    "search-chain": dspy.Prediction(chain=[], replans=0),
+    "rat": dspy.Prediction(draft=[], revised_steps=[]),
+    "self-rag": dspy.Prediction(retrieved=False),
+}
+
+
+@pytest.mark.parametrize("method", SKIPPED)
+def test_a_trace_demonstrates_a_multi_hop_question_only_when_the_method_took_its_defining_step(method):
+    build, outputs, _ = HAPPY_PATHS[method]
+    program = build(OverlapRetriever())
+    prediction, _ = run(program, outputs)
+    bridge = dspy.Example(question=QUESTION, type="bridge")
+    assert program.demonstrates(bridge, prediction)
+    assert not program.demonstrates(bridge, SKIPPED[method])
+
+
+@pytest.mark.parametrize("method", ["decompose-recursive", "decompose-individual", "ircot"])
+def test_a_single_hop_question_may_be_demonstrated_without_the_multi_hop_step(method):
+    program = HAPPY_PATHS[method][0](OverlapRetriever())
+    single = dspy.Example(question=QUESTION, type="single-hop (NQ-open)")
+    assert program.demonstrates(single, SKIPPED[method])
+
+
 def test_behaviour_sees_a_skipped_step_crag_correcting_self_rag_not_retrieving_step_back_repeating():
     crag, _ = run(CRAG(OverlapRetriever(), k=2), [{"grade": "irrelevant"}] * 2 + [{"query": "q"}, {"answer": "x"}])
     assert CRAG.behaviour(QUESTION, crag)["corrective_rate"] == 1.0
