@@ -88,14 +88,19 @@ def model_speed(
     text = " ".join(p["text"] for ex in examples for p in ex["paragraphs"])
     ids = tokenizer(text, add_special_tokens=False).input_ids
     rows = torch.tensor([ids[i * length : (i + 1) * length] for i in range(batch)], device=model.device)
+    # a GPU runs its kernels asynchronously: wait for them before each clock is read
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
+        sync()
         start = time.perf_counter()
         out = model(input_ids=rows, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        sync()
         prefill = time.perf_counter() - start
         start = time.perf_counter()
         for _ in range(steps):
             out = model(input_ids=out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
+        sync()
         decode = time.perf_counter() - start
     release_openmp_threads()  # the engine's worker runs the model next; see programs/lm/openmp.py
     return batch * length / prefill, batch * steps / decode
