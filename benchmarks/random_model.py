@@ -13,7 +13,6 @@ score it.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 
@@ -24,23 +23,22 @@ def export(preset: str, out: Path) -> None:
     path = resolve(preset)
     if not path.is_file() or path.suffix != ".gguf":
         raise SystemExit(f"{preset!r} is not a GGUF preset or file (resolved to {path})")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
     tokenizer, fields = gguf_metadata(path, cache_dir())
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(str(out))
-    (out / "config_fields.json").write_text(json.dumps(fields, indent=1), encoding="utf-8")
+    CONFIG_MAPPING[fields["model_type"]].from_dict(fields).save_pretrained(str(out))  # as load_gguf builds it
     print(f"{out}: config and tokenizer of {preset}")
 
 
 def build(out: Path, seed: int = 0) -> None:
     import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    fields_path = out / "config_fields.json"
-    if not fields_path.is_file():
-        raise SystemExit(f"{out} has no config_fields.json: run 'export' first")
-    fields = json.loads(fields_path.read_text(encoding="utf-8"))
-    config = CONFIG_MAPPING[fields["model_type"]].from_dict(fields)
+    if not (out / "config.json").is_file():
+        raise SystemExit(f"{out} has no config.json: run 'export' first")
+    config = AutoConfig.from_pretrained(str(out))
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(str(out))
