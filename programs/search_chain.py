@@ -5,17 +5,20 @@ Knowledge-intensive Tasks" (SearChain): the LM writes a global chain of query (C
 with the answer it expects (or "unsolved"); information retrieval verifies each node in order, keeping the
 supported ones, correcting the contradicted ones and completing the unsolved ones; after such feedback the LM
 re-plans the rest of the chain from the checked nodes; the final answer follows the checked chain. In DSPy:
-``Predict(PlanChain)`` returns two parallel typed lists (``queries``, ``answers``), ``Predict(Verify)``
-returns ``supported: bool`` and the answer the documents support, re-planning is capped by ``max_replans``
-and the chain by ``max_nodes``, and ``Predict(Synthesize)`` answers from the checked "query -> answer" pairs and
-the nodes' passages merged by rank (at most ``max_passages``, as IRCoT's reader).
+``Predict(PlanChain)`` writes the global chain from the question alone and ``Predict(ReplanChain)`` the
+rest of it from the checked nodes (two steps with their own demonstrations, as the paper prompts the first
+chain and the feedback apart; a first plan shown an empty list of checked nodes tends to copy it and plan
+nothing), each as two parallel typed lists (``queries``, ``answers``); ``Predict(Verify)`` returns ``supported:
+bool`` and the answer the documents support, re-planning is capped by ``max_replans`` and the chain by
+``max_nodes``, and ``Predict(Synthesize)`` answers from the checked "query -> answer" pairs and the nodes'
+passages merged by rank (at most ``max_passages``, as IRCoT's reader).
 """
 
 import dspy
 
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import Synthesize
-from ragscale.signatures.methods import PlanChain, Verify
+from ragscale.signatures.methods import PlanChain, ReplanChain, Verify
 
 
 def chain_of(plan: dspy.Prediction) -> list[tuple[str, str]]:
@@ -25,7 +28,7 @@ def chain_of(plan: dspy.Prediction) -> list[tuple[str, str]]:
 
 
 class SearchChain(dspy.Module):
-    """plan(question) -> chain; each node: retrieve -> verify (correct, re-plan); answer(checked chain)."""
+    """plan(question) -> chain; each node: retrieve -> verify (correct, replan the rest); answer(checked chain)."""
 
     def __init__(self, retriever, k: int = 3, max_nodes: int = 6, max_replans: int = 2, max_passages: int = 15):
         super().__init__()
@@ -33,6 +36,7 @@ class SearchChain(dspy.Module):
         self.max_passages = max_passages
         self.plan = dspy.Predict(PlanChain)
         self.verify = dspy.Predict(Verify)
+        self.replan = dspy.Predict(ReplanChain)
         self.answer = dspy.Predict(Synthesize)
 
     def max_documents(self) -> dict[str, int]:
@@ -55,7 +59,7 @@ class SearchChain(dspy.Module):
         return self.behaviour(example.question, prediction)["steps"] >= 1
 
     def forward(self, question: str) -> dspy.Prediction:
-        pending = chain_of(self.plan(question=question, checked=[]))
+        pending = chain_of(self.plan(question=question))
         checked: list[str] = []
         chain: list[dict] = []
         rankings = []
@@ -70,7 +74,7 @@ class SearchChain(dspy.Module):
             chain.append({"query": query, "expected": expected, "supported": check.supported, "answer": answer})
             if not check.supported and replans < self.max_replans:  # corrected or completed: re-plan the rest
                 replans += 1
-                pending = chain_of(self.plan(question=question, checked=list(checked)))
+                pending = chain_of(self.replan(question=question, checked=list(checked)))
         passages = most_relevant_last(merge_by_rank(rankings)[: self.max_passages])
         documents = [format_passage(p) for p in passages]
         answer = self.answer(documents=documents, question=question, follow_ups=checked).answer

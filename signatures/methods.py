@@ -48,8 +48,17 @@ class ContinueReasoning(dspy.Signature):
 
 class PlanChain(dspy.Signature):
     """Plan a chain of simple search queries that leads to the answer of the question, each with the answer
-    you expect. Some first steps may already be checked against documents: keep them as they are and plan
-    only the steps after them. Write "unknown" as the answer of a step you cannot answer."""
+    you expect. Write "unknown" as the answer of a step you cannot answer."""
+
+    question: str = dspy.InputField()
+    queries: list[str] = dspy.OutputField(desc="the search queries, in order")
+    answers: list[str] = dspy.OutputField(desc="the expected answer of each query, same order")
+
+
+class ReplanChain(dspy.Signature):
+    """The first steps of a chain of search queries for the question were checked against documents, and the
+    last one corrected. Keep them as they are and plan only the steps after them, each with the answer you
+    expect. Write "unknown" as the answer of a step you cannot answer."""
 
     question: str = dspy.InputField()
     checked: list[str] = dspy.InputField(desc="steps already checked, as 'query -> answer'")

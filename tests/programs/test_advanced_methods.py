@@ -157,7 +157,7 @@ HAPPY_PATHS = {
             {"queries": [], "answers": []},
             {"answer": "Denver"},
         ],
-        ["plan", "verify", "answer"],
+        ["plan", "verify", "replan", "answer"],
     ),
     "rat": (
         lambda r: RAT(r, k=2, max_steps=2),
@@ -344,6 +344,7 @@ def test_search_chain_keeps_supported_nodes_corrects_the_contradicted_one_and_re
     assert [node["answer"] for node in prediction.chain] == ["Scott Derrickson", "Denver"]
     assert prediction.chain[1]["expected"] == "Los Angeles"
     assert prediction.replans == 1
+    assert "checked" not in prompt(lm, 0).lower()  # the first plan sees the question alone, no empty list to copy
     assert "Where was Scott Derrickson born? -> Denver" in prompt(lm, 3)  # the re-plan sees the correction
     assert "Where was Scott Derrickson born? -> Denver" in prompt(lm, 4)  # so does the final answer
     assert retriever.queries == ["Who directed Doctor Strange?", "Where was Scott Derrickson born?"]
