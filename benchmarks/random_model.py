@@ -17,18 +17,17 @@ from pathlib import Path
 
 
 def export(preset: str, out: Path) -> None:
+    from ragscale.programs.lm.gguf_loader import config_from_fields
     from ragscale.programs.lm.gguf_metadata import gguf_metadata
     from ragscale.programs.lm.models import cache_dir, resolve
 
     path = resolve(preset)
     if not path.is_file() or path.suffix != ".gguf":
         raise SystemExit(f"{preset!r} is not a GGUF preset or file (resolved to {path})")
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
     tokenizer, fields = gguf_metadata(path, cache_dir())
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(str(out))
-    CONFIG_MAPPING[fields["model_type"]].from_dict(fields).save_pretrained(str(out))  # as load_gguf builds it
+    config_from_fields(fields).save_pretrained(str(out))
     print(f"{out}: config and tokenizer of {preset}")
 
 

@@ -22,6 +22,14 @@ from ragscale.programs.lm.gguf_header import GGUFTensor
 _NAME_MAP_LOCK = threading.Lock()
 
 
+def config_from_fields(config_fields: dict[str, Any]) -> Any:
+    """The transformers config that ``config_fields`` (a GGUF file's config as transformers reads it) describe: the
+    config :func:`load_gguf` builds its model from."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return CONFIG_MAPPING[config_fields["model_type"]].from_dict(config_fields)
+
+
 def load_gguf(path: Path, dtype: Any, config_fields: dict[str, Any] | None = None) -> Any:
     """The causal LM stored in the GGUF file ``path``, on CPU in ``dtype``, in eval mode. ``config_fields`` are the
     config as transformers reads it from the file (``gguf_metadata.gguf_metadata``); None reads them now.
@@ -35,13 +43,12 @@ def load_gguf(path: Path, dtype: Any, config_fields: dict[str, Any] | None = Non
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, load_gguf_checkpoint
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from ragscale.programs.lm.gguf_header import read_header
 
     if config_fields is None:
         config_fields = load_gguf_checkpoint(str(path))["config"]  # the config as AutoConfig reads it from the file
-    config = CONFIG_MAPPING[config_fields["model_type"]].from_dict(config_fields)
+    config = config_from_fields(config_fields)
     config._name_or_path = str(path.parent)
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
