@@ -94,3 +94,9 @@ def run_records(runs_dir: Path, run_id: str) -> list[dict] | None:
         log.warning("no per-question records for run %s (%s): it calibrates no estimate", run_id, exc)
         return None
     return [json.loads(line) for line in lines if line.strip()]
+
+
+def acc_by_question(runs_dir: Path, run_id: str) -> dict[str, float] | None:
+    """A finished run's per-question Acc in percent by question id (``run_records``); None when unreadable."""
+    records = run_records(runs_dir, run_id)
+    return None if records is None else {str(r["id"]): 100 * float(r["acc"]) for r in records}

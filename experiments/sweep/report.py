@@ -23,6 +23,12 @@ def _rank(row: Mapping[str, Any]) -> tuple:
     return (row["acc"], row["em"], row["f1"], -allocation.tokens_of(row))
 
 
+def best_within(rows: Sequence[Mapping[str, Any]], budget: float) -> Mapping[str, Any] | None:
+    """The best measured configuration whose effective context is at most ``budget``; None when none fits."""
+    within = [r for r in rows if r.get("acc") is not None and r.get(EFFECTIVE_CONTEXT) is not None]
+    return max((r for r in within if r[EFFECTIVE_CONTEXT] <= budget), key=_rank, default=None)
+
+
 def budget_table(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> list[dict[str, Any]]:
     """Per budget, the best configuration per method and overall (the paper's Table 1 shape)."""
     table = []
@@ -88,9 +94,8 @@ def plot(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], path: Path, 
         )
     optimum, marks = [], []  # a staircase: each budget's best configuration, held up to the budget
     for budget in sorted(budgets):
-        within = [r for r in measured if r[EFFECTIVE_CONTEXT] <= budget]
-        if within:
-            best = max(within, key=_rank)
+        best = best_within(measured, budget)
+        if best is not None:
             optimum += [(best[EFFECTIVE_CONTEXT], best["acc"]), (budget, best["acc"])]
             marks.append((best[EFFECTIVE_CONTEXT], best["acc"]))
         ax.axvline(budget, color="0.85", linestyle=":", linewidth=1, zorder=0)

@@ -37,11 +37,13 @@ from ragscale.experiments.runner import (
 )
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation
+from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
 from ragscale.experiments.sweep.grid import BASELINE, Grid, Point, format_size, point_config
 from ragscale.experiments.sweep.ledger import (
     ESTIMATE_TAG,
     SWEEP_KEY_TAG,
+    acc_by_question,
     ledger_row,
     load_ledger,
     mlflow_rows,
@@ -246,8 +248,11 @@ def run_sweep(
                 rows.append(row)
         table = budget_table(rows, grid.budgets)
         fitted = fit_allocation(rows, grid.budgets, base.dataset)
-        write_json(sweep_dir / RESULTS, {"grid": asdict(grid), "rows": rows, "table": table})
-        (sweep_dir / TABLE).write_text(format_table(table) + "\n", encoding="utf-8")
+        claims = check_claims(rows, grid.budgets, fitted, lambda run_id: acc_by_question(base.runs_dir, run_id))
+        write_json(sweep_dir / RESULTS, {"grid": asdict(grid), "rows": rows, "table": table, "claims": claims})
+        (sweep_dir / TABLE).write_text(
+            format_table(table) + "\n\n" + format_claims(claims, len(evalset)) + "\n", encoding="utf-8"
+        )
         (sweep_dir / PLAN).write_text(format_plan(planned, got.speed, len(evalset)) + "\n", encoding="utf-8")
         artifacts = [sweep_dir / RESULTS, sweep_dir / TABLE, sweep_dir / PLAN]
         plot_path = None
@@ -260,6 +265,7 @@ def run_sweep(
         report(format_table(table))
         if fitted is not None:
             report(format_allocation(fitted))
+        report(format_claims(claims, len(evalset)))
         metrics: dict[str, float | None] = {"configurations_run": len(ran), "configurations_failed": len(failed)}
         for r in table:
             for score in ("acc", "em", "f1"):

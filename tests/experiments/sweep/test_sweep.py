@@ -284,6 +284,17 @@ def test_the_table_has_the_best_configuration_per_method_and_overall_within_each
         assert all(r[EFFECTIVE_CONTEXT] <= budget for r in entries)
 
 
+def test_the_papers_claims_are_checked_with_paired_cis_over_the_runs_own_questions(swept, examples):
+    result, _, _ = swept
+    stored = json.loads((result.sweep_dir / "results.json").read_text())
+    claims = {c["claim"].split(",")[0]: c for c in stored["claims"]}
+    assert "retrieval beats closed-book" in claims
+    paired = [p for c in stored["claims"] for p in c["pairs"]]
+    assert paired and all(p["n"] == len(examples[1]) for p in paired if p["diff"] is not None)
+    assert all(c["verdict"].split(":")[0] in ("held", "not held", "not shown") for c in stored["claims"])
+    assert "| the paper's claim |" in (result.sweep_dir / "table.md").read_text()
+
+
 def test_the_allocation_model_is_stored_as_json_and_allocate_reads_it(swept):
     result, _, _ = swept
     stored = json.loads((result.sweep_dir / ALLOCATION).read_text())

@@ -1,0 +1,239 @@
+"""The paper's claims, checked on a finished sweep: each with its numbers, paired 95% CIs and a verdict.
+
+Yue et al. 2024 ("Inference Scaling for Long-Context RAG") claim, for RAG under a budget of effective context:
+
+- **scaling**: under the best configuration per budget, accuracy grows almost linearly with the log of the budget;
+- **DRAG small, IterDRAG large**: DRAG is best at small budgets, IterDRAG at large ones;
+- **iterations**: more IterDRAG iterations help at the same documents and shots;
+- **demonstrations with documents**: DRAG beats RAG at the same documents and shots (its demonstrations carry
+  their own documents, RAG's do not);
+- **allocation**: the computation allocation model fits the grid (R² 0.903 there) and picks configurations within
+  a few percent of the grid's best, also at budgets it was not fitted on;
+
+and retrieval beating closed-book underlies them all. Differences are paired over the questions on per-question Acc
+(the sweep's target) with ``compare.paired_bootstrap``. A verdict is ``held`` when the CIs exclude 0 in the claim's
+direction (for the allocation claim: when R² and every pick reach ``ALLOCATION_R2`` and ``ALLOCATION_PICK``);
+``not held`` when a CI excludes 0 against the claim, when the per-budget best stays the same configuration over the
+last ``FLAT_STEPS`` budget steps or more, or when the allocation thresholds are missed; ``not shown`` otherwise.
+The per-budget best is chosen on the questions it is scored on, so the CIs that involve it lean in its favour.
+
+One concept in one file: a finished sweep's rows and per-question scores, turned into the paper's claims, checked.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ragscale.experiments.compare import BootstrapCI, format_ci, paired_bootstrap
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.sweep.grid import BASELINE, Point, format_size
+from ragscale.experiments.sweep.report import best_within
+
+ALLOCATION_R2 = 0.9  # the paper's fit reaches 0.903
+ALLOCATION_PICK = 95.0  # "within a few percent": every pick reaches this % of the grid's best at its budget
+FLAT_STEPS = 2  # the per-budget best unchanged over this many budget steps at the top: the curve has saturated
+
+Row = Mapping[str, Any]
+Scores = Callable[[str], Mapping[str, float] | None]  # run id -> per-question Acc in percent; None: unreadable
+
+
+def label(row: Row) -> str:
+    return Point(row["method"], row["docs"], row["shots"], row["iterations"]).label
+
+
+class Pairs:
+    """Paired comparisons of sweep rows, each computed once and kept, with its CI, for the claims' JSON."""
+
+    def __init__(self, scores: Scores, seed: int):
+        self.scores, self.seed, self.read = scores, seed, {}
+
+    def of(self, row: Row) -> Mapping[str, float] | None:
+        if row["run_id"] not in self.read:
+            self.read[row["run_id"]] = self.scores(row["run_id"])
+        return self.read[row["run_id"]]
+
+    def ci(self, a: Row, b: Row) -> BootstrapCI | None:
+        sa, sb = self.of(a), self.of(b)
+        return None if sa is None or sb is None else paired_bootstrap(sa, sb, seed=self.seed)
+
+    def pair(self, a: Row, b: Row, **extra: Any) -> dict[str, Any]:
+        ci = self.ci(a, b)
+        return {
+            "a": label(a), "b": label(b), "a_acc": a["acc"], "b_acc": b["acc"],
+            "a_tokens": a[EFFECTIVE_CONTEXT], "b_tokens": b[EFFECTIVE_CONTEXT],
+            "ci": ci, "text": format_ci(ci), **extra,
+        }  # fmt: skip
+
+
+def _verdict(cis: Sequence[BootstrapCI | None], *, every: bool) -> str:
+    """held when the CIs exclude 0 upward (every one, or any one), not held when one excludes it downward."""
+    known = [c for c in cis if c is not None]
+    if any(c.high < 0 for c in known):
+        return "not held"
+    up = [c.low > 0 for c in known]
+    return "held" if known and (all(up) if every else any(up)) else "not shown"
+
+
+def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[str, Any] | None:
+    optimum = [(b, best) for b in budgets if (best := best_within(rows, b)) is not None]
+    if len(optimum) < 2:
+        return None
+    steps = list(itertools.pairwise(optimum))
+    rises = [pairs.pair(hi, lo, budget=b) for (_, lo), (b, hi) in steps if hi is not lo]
+    (b0, first), (b1, last) = optimum[0], optimum[-1]
+    overall = pairs.pair(last, first) if last is not first else None
+    flat = 0
+    for (_, lo), (_, hi) in reversed(steps):
+        if hi is not lo:
+            break
+        flat += 1
+    if flat >= FLAT_STEPS:
+        verdict = f"not held: the best is the same from {format_size(optimum[-1 - flat][0])} on"
+    else:
+        verdict = _verdict([overall["ci"]], every=True) if overall else "not shown"
+        if verdict == "held" and len(rises) < len(steps):
+            verdict = "not shown"  # higher at the top, but not at every step
+    path = "; ".join(
+        f"{_span([b for b, _ in group])}: {label(r)} {r['acc']:.1f} ({r[EFFECTIVE_CONTEXT]:,.0f})"
+        for r, group in ((g[0][1], g) for _, g in _runs_of(optimum))
+    )
+    span = (
+        f"{format_size(b1)} - {format_size(b0)}: {overall['text']}"
+        if overall
+        else "one configuration is best at every budget"
+    )
+    return {
+        "claim": "under the best allocation, accuracy grows almost linearly with the log of the effective context",
+        "here": f"best per budget, Acc (tokens): {path}; {span}",
+        "verdict": verdict,
+        "pairs": rises + ([overall] if overall else []),
+    }
+
+
+def _runs_of(optimum):
+    """Consecutive budgets that share their best row, as (row id, [(budget, row), ...]) groups."""
+    return [(key, list(group)) for key, group in itertools.groupby(optimum, key=lambda item: id(item[1]))]
+
+
+def _span(budgets: Sequence[int]) -> str:
+    return format_size(budgets[0]) + (f"-{format_size(budgets[-1])}" if len(budgets) > 1 else "")
+
+
+def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[str, Any] | None:
+    found = []
+    for b in budgets:
+        drag = best_within([r for r in rows if r["method"] == "drag"], b)
+        iterdrag = best_within([r for r in rows if r["method"] == "iterdrag"], b)
+        if drag is not None and iterdrag is not None:
+            found.append((b, best_within(rows, b)["method"], pairs.pair(iterdrag, drag, budget=b)))
+    if not found:
+        return None
+    small, large = found[0][2]["ci"], found[-1][2]["ci"]
+    if large is not None and large.high < 0:
+        verdict = "not held"
+    elif large is not None and large.low > 0 and small is not None and small.diff <= 0:
+        verdict = "held"
+    else:
+        verdict = "not shown"
+    winners = ", ".join(f"{format_size(b)} {method}" for b, method, _ in found)
+    return {
+        "claim": "DRAG is best at small budgets, IterDRAG at large ones",
+        "here": f"best method per budget: {winners}; IterDRAG's best - DRAG's best: "
+        + ", ".join(f"{format_size(b)} {p['text']}" for b, _, p in found),
+        "verdict": verdict,
+        "pairs": [p for _, _, p in found],
+    }
+
+
+def same_setting(rows: Sequence[Row], pairs: Pairs, *, claim: str, changed: Callable, base: Callable) -> dict | None:
+    """Rows that differ only in the claimed change: each ``changed(row)`` row against the ``base(row)`` row with its
+    documents and shots."""
+    found = []
+    for row in filter(changed, rows):
+        partner = next((r for r in rows if base(r) and (r["docs"], r["shots"]) == (row["docs"], row["shots"])), None)
+        if partner is not None:
+            found.append(pairs.pair(row, partner))
+    if not found:
+        return None
+    return {
+        "claim": claim,
+        "here": "; ".join(f"{p['a']} - {p['b']}: {p['text']}" for p in found),
+        "verdict": _verdict([p["ci"] for p in found], every=True),
+        "pairs": found,
+    }
+
+
+def allocation_fit(fitted: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if fitted is None or not fitted["at_budget"]:
+        return None
+    r2 = fitted["model"]["r2"]
+    picks = [a["percent_of_best"] for a in fitted["at_budget"]]
+    extrapolated = [a["percent_of_best"] for a in fitted["extrapolation"]]
+    held = r2 >= ALLOCATION_R2 and min(picks + extrapolated) >= ALLOCATION_PICK
+    extra = f"{min(extrapolated):.0f}-{max(extrapolated):.0f}%" if extrapolated else "not checked"
+    return {
+        "claim": "the allocation model fits the grid (R² 0.903) and picks within a few percent of the best, also at "
+        "budgets it was not fitted on",
+        "here": f"R² {r2:.3f}, MSE {fitted['model']['mse']:.3f} (logit); picks {min(picks):.0f}-{max(picks):.0f}% of "
+        f"the best; extrapolated {extra} (held needs R² >= {ALLOCATION_R2} and every pick >= {ALLOCATION_PICK:.0f}%)",
+        "verdict": "held" if held else "not held",
+        "pairs": [],
+    }
+
+
+def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
+    closed = next((r for r in rows if r["method"] == BASELINE and r["shots"] == 0), None)
+    found = [pairs.pair(r, closed) for r in rows if closed and r["method"] == "rag" and r["shots"] == 0]
+    if not found:
+        return None
+    return {
+        "claim": "retrieval beats closed-book",
+        "here": "; ".join(f"{p['a']} - closed-book: {p['text']}" for p in found),
+        "verdict": _verdict([p["ci"] for p in found], every=False),
+        "pairs": found,
+    }
+
+
+def check_claims(
+    rows: Sequence[Row], budgets: Sequence[int], fitted: Mapping[str, Any] | None, scores: Scores, *, seed: int = 0
+) -> list[dict[str, Any]]:
+    """The claims the sweep's rows speak to, in the order of the module docstring: each the claim, what was found
+    here (numbers and CIs), the verdict, and the paired comparisons behind it (JSON-ready)."""
+    measured = [r for r in rows if None not in (r.get("acc"), r.get(EFFECTIVE_CONTEXT), r.get("run_id"))]
+    budgets, pairs = sorted(budgets), Pairs(scores, seed)
+    claims = [
+        scaling(measured, budgets, pairs),
+        drag_then_iterdrag(measured, budgets, pairs),
+        same_setting(
+            measured, pairs, claim="more IterDRAG iterations help at the same documents and shots",
+            changed=lambda r: r["method"] == "iterdrag" and r["iterations"] > 1,
+            base=lambda r: r["method"] == "iterdrag" and r["iterations"] == 1,
+        ),
+        same_setting(
+            measured, pairs, claim="DRAG's demonstrations, which carry their documents, beat RAG's at the same "
+            "documents and shots",
+            changed=lambda r: r["method"] == "drag" and r["shots"] > 0,
+            base=lambda r: r["method"] == "rag",
+        ),
+        allocation_fit(fitted),
+        retrieval(measured, pairs),
+    ]  # fmt: skip
+    return [_json(c) for c in claims if c is not None]
+
+
+def _json(claim: dict[str, Any]) -> dict[str, Any]:
+    def plain(pair):
+        ci = pair.pop("ci")
+        return {**pair, **{k: getattr(ci, k, None) for k in ("diff", "low", "high", "n")}}
+
+    return {**claim, "pairs": [plain(dict(p)) for p in claim["pairs"]]}
+
+
+def format_claims(claims: Sequence[Mapping[str, Any]], n: int) -> str:
+    lines = [
+        f"| the paper's claim | here: Acc, {n} questions, paired 95% CI (* excludes 0) | held? |",
+        "|---|---|---|",
+    ]
+    return "\n".join(lines + [f"| {c['claim']} | {c['here']} | {c['verdict']} |" for c in claims])

@@ -1,0 +1,93 @@
+"""The paper's claims, checked on sweep rows with per-question scores made to hold or to fail each claim."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.sweep.claims import check_claims, format_claims
+
+N = 100
+
+
+def row(method, docs, shots, iterations, acc, tokens):
+    return {
+        "method": method, "docs": docs, "shots": shots, "iterations": iterations, "acc": acc, "em": acc, "f1": acc,
+        EFFECTIVE_CONTEXT: tokens, "run_id": f"{method}-{docs}-{shots}-{iterations}",
+    }  # fmt: skip
+
+
+def scores_of(rows):
+    """Each run right on its first `acc` questions: a higher score is right wherever a lower one is."""
+    by_run = {r["run_id"]: {f"q{i}": 100.0 * (i < r["acc"]) for i in range(N)} for r in rows}
+    return by_run.get
+
+
+def claim(rows, budgets, starts, fitted=None):
+    """The claim checked on `rows` whose text starts with `starts`."""
+    (found,) = [c for c in check_claims(rows, budgets, fitted, scores_of(rows)) if c["claim"].startswith(starts)]
+    return found
+
+
+SCALING = "under the best allocation"
+ORDER = "DRAG is best at small budgets"
+
+
+def test_a_best_that_rises_at_every_budget_holds_and_one_that_stops_rising_does_not():
+    rising = [
+        row("closed-book", 0, 0, 0, 10, 100),
+        row("rag", 5, 0, 0, 30, 800),
+        row("drag", 5, 2, 0, 45, 1800),
+        row("iterdrag", 5, 2, 1, 60, 3500),
+    ]
+    found = claim(rising, [1000, 2000, 4000], SCALING)
+    assert found["verdict"] == "held"
+    assert "4k - 1k: +30.0" in found["here"]
+
+    flat = [*rising, row("rag", 10, 0, 0, 20, 1500), row("iterdrag", 10, 2, 2, 40, 7000)]
+    found = claim(flat, [1000, 2000, 4000, 8000, 16000], SCALING)
+    assert found["verdict"] == "not held: the best is the same from 4k on"
+    assert "4k-16k: iterdrag k=5 m=2 n=1 60.0" in found["here"]
+
+
+def test_iterdrag_ahead_at_the_largest_budget_and_not_at_the_smallest_holds_the_order_claim_and_behind_fails_it():
+    base = [row("rag", 1, 0, 0, 20, 300), row("drag", 5, 2, 0, 40, 1500)]
+    ahead = [*base, row("iterdrag", 1, 0, 1, 30, 1800), row("iterdrag", 5, 2, 2, 70, 6000)]
+    assert claim(ahead, [2000, 8000], ORDER)["verdict"] == "held"
+    behind = [*base, row("iterdrag", 1, 0, 1, 30, 1800), row("iterdrag", 5, 2, 2, 20, 6000)]
+    assert claim(behind, [2000, 8000], ORDER)["verdict"] == "not held"
+
+
+def test_drag_and_iterations_are_compared_at_the_same_documents_and_shots_only():
+    rows = [
+        row("rag", 5, 2, 0, 30, 800), row("rag", 10, 2, 0, 90, 1500), row("drag", 5, 2, 0, 50, 1800),
+        row("iterdrag", 5, 2, 1, 40, 3000), row("iterdrag", 5, 2, 2, 40, 3600),
+    ]  # fmt: skip
+    demos = claim(rows, [4000], "DRAG's demonstrations")
+    (pair,) = demos["pairs"]
+    assert (pair["a"], pair["b"], pair["diff"]) == ("drag k=5 m=2", "rag k=5 m=2", 20.0)
+    assert demos["verdict"] == "held"
+    iterations = claim(rows, [4000], "more IterDRAG")
+    assert iterations["verdict"] == "not shown" and iterations["pairs"][0]["diff"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("r2", "picks", "verdict"),
+    [(0.95, [100.0, 96.0], "held"), (0.95, [100.0, 80.0], "not held"), (0.5, [100.0], "not held")],
+)
+def test_the_allocation_claim_needs_the_papers_fit_and_picks_within_a_few_percent(r2, picks, verdict):
+    fitted = {
+        "model": {"r2": r2, "mse": 0.1},
+        "at_budget": [{"percent_of_best": p} for p in picks],
+        "extrapolation": [{"percent_of_best": picks[-1]}],
+    }
+    claims = check_claims([], [1000], fitted, lambda run_id: None)
+    assert [c["verdict"] for c in claims] == [verdict]
+
+
+def test_without_per_question_scores_a_comparison_is_not_shown_and_says_so():
+    rows = [row("closed-book", 0, 0, 0, 10, 100), row("rag", 5, 0, 0, 60, 800)]
+    (found,) = [c for c in check_claims(rows, [1000], None, lambda run_id: None) if c["claim"].startswith("retrieval")]
+    assert found["verdict"] == "not shown" and "n/a" in found["here"] and found["pairs"][0]["diff"] is None
+    table = format_claims([found], N)
+    assert table.splitlines()[0].startswith("| the paper's claim |") and "| not shown |" in table
