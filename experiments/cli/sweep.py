@@ -60,7 +60,7 @@ def add_sweep(subparsers) -> None:
     sweep.add_argument("--data-dir", dest="data_dir", type=Path)
     sweep.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
     sweep.add_argument("--threads", type=int, default=4)
-    sweep.add_argument("--no-baselines", dest="baselines", action="store_false", help="no closed-book runs (no model)")
+    sweep.add_argument("--no-baselines", dest="baselines", action="store_false", help="no closed-book or oracle runs")
     sweep.add_argument("--plan-only", dest="plan_only", action="store_true", help="print the plan; run nothing")
     sweep.add_argument("--no-progress", dest="progress", action="store_false")
     sweep.add_argument("--json", dest="json_path", type=Path, help="also write the table and the model as JSON")
@@ -117,7 +117,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     if args.json_path is not None:
         write_json(
-            args.json_path, {"table": result.table, "rows": result.rows, "allocation": result.allocation}, indent=2
+            args.json_path,
+            {
+                "table": result.table,
+                "rows": result.rows,
+                "oracle": result.oracle,
+                "allocation": result.allocation,
+                "claims": result.claims,
+            },
+            indent=2,
         )
     return 1 if result.failed else 0
 

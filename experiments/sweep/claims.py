@@ -10,12 +10,15 @@ Yue et al. 2024 ("Inference Scaling for Long-Context RAG") claim, for RAG under 
 - **allocation**: the computation allocation model fits the grid (R² 0.903 there) and picks configurations within
   a few percent of the grid's best, also at budgets it was not fitted on;
 
-and retrieval beating closed-book underlies them all. Differences are paired over the questions on per-question Acc
-(the sweep's target) with ``compare.paired_bootstrap``. A verdict is ``held`` when the CIs exclude 0 in the claim's
-direction (for the allocation claim: when R² and every pick reach ``ALLOCATION_R2`` and ``ALLOCATION_PICK``);
-``not held`` when a CI excludes 0 against the claim, when the per-budget best stays the same configuration over the
-last ``FLAT_STEPS`` budget steps or more, or when the allocation thresholds are missed; ``not shown`` otherwise.
-The per-budget best is chosen on the questions it is scored on, so the CIs that involve it lean in its favour.
+and retrieval beating closed-book underlies them all. Beside them, the oracle rows (the RAG program given each
+question's gold paragraphs, or all of them) say what bounds the reader: the gold paragraphs against the grid's best
+at its largest budget (retrieval), and all paragraphs against the gold ones (distractors). Differences are paired
+over the questions on per-question Acc (the sweep's target) with ``compare.paired_bootstrap``. A verdict is ``held``
+when the CIs exclude 0 in the claim's direction (for the allocation claim: when R² and every pick reach
+``ALLOCATION_R2`` and ``ALLOCATION_PICK``); ``not held`` when a CI excludes 0 against the claim, when the per-budget
+best stays the same configuration over the last ``FLAT_STEPS`` budget steps or more, or when the allocation
+thresholds are missed; ``not shown`` otherwise. The per-budget best is chosen on the questions it is scored on, so
+the CIs that involve it lean in its favour.
 
 One concept in one file: a finished sweep's rows and per-question scores, turned into the paper's claims, checked.
 """
@@ -40,6 +43,8 @@ Scores = Callable[[str], Mapping[str, float] | None]  # run id -> per-question A
 
 
 def label(row: Row) -> str:
+    if row["method"].startswith("oracle"):
+        return row["method"]
     return Point(row["method"], row["docs"], row["shots"], row["iterations"]).label
 
 
@@ -196,11 +201,47 @@ def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
     }
 
 
+def oracle_bounds(rows: Sequence[Row], budgets: Sequence[int], oracle: Sequence[Row], pairs: Pairs) -> list[dict]:
+    by_name = {r["method"]: r for r in oracle if r.get("acc") is not None}
+    gold, every, best = by_name.get("oracle-gold"), by_name.get("oracle-all"), best_within(rows, budgets[-1])
+    claims = []
+    if gold is not None and best is not None:
+        p = pairs.pair(gold, best)
+        claims.append(
+            {
+                "claim": "retrieval bounds the reader: given the gold paragraphs, it beats the grid's best",
+                "here": f"oracle-gold {gold['acc']:.1f} ({gold[EFFECTIVE_CONTEXT]:,.0f} tokens) - {p['b']} "
+                f"{best['acc']:.1f}: {p['text']}",
+                "verdict": _verdict([p["ci"]], every=True),
+                "pairs": [p],
+            }
+        )
+    if gold is not None and every is not None:
+        p = pairs.pair(gold, every)
+        claims.append(
+            {
+                "claim": "distractors hurt the reader: all of a question's paragraphs score below its gold ones",
+                "here": f"oracle-gold {gold['acc']:.1f} - oracle-all {every['acc']:.1f} "
+                f"({every[EFFECTIVE_CONTEXT]:,.0f} tokens): {p['text']}",
+                "verdict": _verdict([p["ci"]], every=True),
+                "pairs": [p],
+            }
+        )
+    return claims
+
+
 def check_claims(
-    rows: Sequence[Row], budgets: Sequence[int], fitted: Mapping[str, Any] | None, scores: Scores, *, seed: int = 0
+    rows: Sequence[Row],
+    budgets: Sequence[int],
+    fitted: Mapping[str, Any] | None,
+    scores: Scores,
+    *,
+    oracle: Sequence[Row] = (),
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """The claims the sweep's rows speak to, in the order of the module docstring: each the claim, what was found
-    here (numbers and CIs), the verdict, and the paired comparisons behind it (JSON-ready)."""
+    """The claims the sweep's rows (and its ``oracle`` rows) speak to, in the order of the module docstring: each
+    the claim, what was found here (numbers and CIs), the verdict, and the paired comparisons behind it
+    (JSON-ready)."""
     measured = [r for r in rows if None not in (r.get("acc"), r.get(EFFECTIVE_CONTEXT), r.get("run_id"))]
     budgets, pairs = sorted(budgets), Pairs(scores, seed)
     claims = [
@@ -219,6 +260,7 @@ def check_claims(
         ),
         allocation_fit(fitted),
         retrieval(measured, pairs),
+        *(oracle_bounds(measured, budgets, oracle, pairs) if budgets else []),
     ]  # fmt: skip
     return [_json(c) for c in claims if c is not None]
 

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
-from ragscale.experiments.identity import data_fingerprint
+from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.runner import (
     build_program_for,
     build_retriever_for,
@@ -76,6 +76,8 @@ class SweepResult:
     allocation: dict | None
     plot_path: Path | None
     plan: list[PlannedPoint]
+    oracle: list[dict] = field(default_factory=list)
+    claims: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -141,6 +143,51 @@ def _compile(base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train:
         return compile_for(config, build_program_for(config, retriever), train, lm, adapter)
 
 
+ORACLE_NOTE = "then two oracle rows (the RAG program given each question's gold, then all, paragraphs): not estimated"
+ORACLE_K = 20  # the oracle returns a question's paragraphs whatever k asks; k is as large as MuSiQue's 20
+
+
+def _oracle_rows(
+    base: RunConfig, got: _Setup, *, parent: str, sweep_dir: Path, fingerprint: str, progress: bool, report
+) -> tuple[list[dict], list[str]]:
+    """The RAG program given each question's gold paragraphs, then all of its paragraphs (``OracleRetriever``): the
+    reader's bound without retrieval errors, and with every distractor, beside the grid. Run once, kept in the
+    ledger under their keys like a configuration, and left out of the budget table and the allocation model (no
+    retriever can do what they do). Returns their rows and the keys that failed."""
+    from ragscale.experiments.oracle import OracleRetriever
+
+    if not all(getattr(ex, "paragraphs", None) for ex in got.evalset):
+        report("no oracle rows: some questions carry no paragraphs")
+        return [], []
+    rows, failed = [], []
+    for gold_only in (True, False):
+        retriever = OracleRetriever(got.evalset, gold_only=gold_only)
+        name = retriever.identity
+        config = replace(
+            base, method="rag", k=ORACLE_K, max_demos=0, optimizer="none", run_name=f"{sweep_dir.name}-{name}"
+        )
+        key = config_key(config, fingerprint, retriever=retriever)
+        found = got.ledger.get(key) or got.tracked.get(key)
+        if found is None:
+            report(f"[oracle] {name}: the RAG program given {'the gold' if gold_only else 'all the'} paragraphs")
+            try:
+                summary = run_experiment(
+                    config, lm=got.lm, retriever=retriever, examples=(got.train, got.evalset), parent_run_id=parent,
+                    progress=progress, check_context=True,
+                )  # fmt: skip
+            except Exception as exc:  # like a configuration: reported, retried by a rerun, the sweep goes on
+                log.exception("oracle row %s failed", name)
+                report(f"  failed: {type(exc).__name__}: {exc}")
+                failed.append(key)
+                continue
+            tracking.client(base.runs_dir).set_tag(summary["mlflow_run_id"], SWEEP_KEY_TAG, key)
+            found = got.ledger[key] = ledger_row(summary["mlflow_run_id"], base.lm, summary, {})
+            save_ledger(sweep_dir, got.ledger)
+            report(f"  Acc {summary['acc']:.1f}; {summary[EFFECTIVE_CONTEXT]:,.0f} tokens/question")
+        rows.append({"method": name, "docs": 0, "shots": 0, "iterations": 0, "key": key, **found, "lm": base.lm})
+    return rows, failed
+
+
 def run_sweep(
     grid: Grid,
     base: RunConfig,
@@ -167,7 +214,7 @@ def run_sweep(
         grid, base, lm=lm, train=train, evalset=evalset, ledger=ledger, speed=got.speed, docs_per_demo=docs_per_demo,
         tracked=tracked, retriever=got.retriever, planner=planner,
     )  # fmt: skip
-    report(format_plan(planned, got.speed, len(evalset)))
+    report(format_plan(planned, got.speed, len(evalset)) + (f"\n{ORACLE_NOTE}" if grid.baselines else ""))
     fingerprint = data_fingerprint(train, evalset)
 
     parent = tracking.start_run(
@@ -238,6 +285,12 @@ def run_sweep(
                 f"{summary[EFFECTIVE_CONTEXT]:,.0f} tokens/question measured; {summary['wall_s']:.0f} s"
             )
 
+        oracle: list[dict] = []
+        if grid.baselines:
+            oracle, oracle_failed = _oracle_rows(
+                base, got, parent=parent, sweep_dir=sweep_dir, fingerprint=fingerprint, progress=progress, report=report
+            )
+            failed += oracle_failed
         rows = []
         for item in planned:
             found = ledger.get(item.key) or tracked.get(item.key)
@@ -248,8 +301,11 @@ def run_sweep(
                 rows.append(row)
         table = budget_table(rows, grid.budgets)
         fitted = fit_allocation(rows, grid.budgets, base.dataset)
-        claims = check_claims(rows, grid.budgets, fitted, lambda run_id: acc_by_question(base.runs_dir, run_id))
-        write_json(sweep_dir / RESULTS, {"grid": asdict(grid), "rows": rows, "table": table, "claims": claims})
+        claims = check_claims(
+            rows, grid.budgets, fitted, lambda run_id: acc_by_question(base.runs_dir, run_id), oracle=oracle
+        )
+        results = {"grid": asdict(grid), "rows": rows, "table": table, "oracle": oracle, "claims": claims}
+        write_json(sweep_dir / RESULTS, results)
         (sweep_dir / TABLE).write_text(
             format_table(table) + "\n\n" + format_claims(claims, len(evalset)) + "\n", encoding="utf-8"
         )
@@ -280,7 +336,7 @@ def run_sweep(
         raise
     tracking.end_run(base.runs_dir, parent)  # failed configurations are counted in its metrics and retried on rerun
     skipped = [p.key for p in planned if p.status != "run"]
-    return SweepResult(sweep_dir, parent, ran, skipped, failed, rows, table, fitted, plot_path, planned)
+    return SweepResult(sweep_dir, parent, ran, skipped, failed, rows, table, fitted, plot_path, planned, oracle, claims)
 
 
 def plan_only(
@@ -298,7 +354,8 @@ def plan_only(
         grid, base, lm=lm, train=got.train, evalset=got.evalset, ledger=got.ledger, speed=got.speed,
         docs_per_demo=docs_per_demo, tracked=got.tracked, retriever=got.retriever,
     )  # fmt: skip
-    report(format_plan(planned, got.speed, len(got.evalset)) + f"\n(model loaded in {load_s:.0f} s)")
+    oracle = f"\n{ORACLE_NOTE}" if grid.baselines else ""
+    report(format_plan(planned, got.speed, len(got.evalset)) + oracle + f"\n(model loaded in {load_s:.0f} s)")
     return planned
 
 

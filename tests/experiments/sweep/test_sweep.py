@@ -295,6 +295,17 @@ def test_the_papers_claims_are_checked_with_paired_cis_over_the_runs_own_questio
     assert "| the paper's claim |" in (result.sweep_dir / "table.md").read_text()
 
 
+def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
+    result, _, runs_dir = swept
+    assert [r["method"] for r in result.oracle] == ["oracle-gold", "oracle-all"]
+    client = tracking.client(runs_dir)
+    for r in result.oracle:
+        assert client.get_run(r["run_id"]).data.tags["mlflow.parentRunId"] == result.parent_run_id
+    assert not {r["run_id"] for r in result.oracle} & {r["run_id"] for r in result.rows}
+    assert all(not r["config"].startswith("oracle") for r in result.table)
+    assert any(c["claim"].startswith("distractors hurt") for c in result.claims)
+
+
 def test_the_allocation_model_is_stored_as_json_and_allocate_reads_it(swept):
     result, _, _ = swept
     stored = json.loads((result.sweep_dir / ALLOCATION).read_text())
