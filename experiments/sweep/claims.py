@@ -204,29 +204,17 @@ def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
 def oracle_bounds(rows: Sequence[Row], budgets: Sequence[int], oracle: Sequence[Row], pairs: Pairs) -> list[dict]:
     by_name = {r["method"]: r for r in oracle if r.get("acc") is not None}
     gold, every, best = by_name.get("oracle-gold"), by_name.get("oracle-all"), best_within(rows, budgets[-1])
+    checks = [
+        ("retrieval bounds the reader: given the gold paragraphs, it beats the grid's best", gold, best),
+        ("distractors hurt the reader: all of a question's paragraphs score below its gold ones", gold, every),
+    ]
     claims = []
-    if gold is not None and best is not None:
-        p = pairs.pair(gold, best)
-        claims.append(
-            {
-                "claim": "retrieval bounds the reader: given the gold paragraphs, it beats the grid's best",
-                "here": f"oracle-gold {gold['acc']:.1f} ({gold[EFFECTIVE_CONTEXT]:,.0f} tokens) - {p['b']} "
-                f"{best['acc']:.1f}: {p['text']}",
-                "verdict": _verdict([p["ci"]], every=True),
-                "pairs": [p],
-            }
-        )
-    if gold is not None and every is not None:
-        p = pairs.pair(gold, every)
-        claims.append(
-            {
-                "claim": "distractors hurt the reader: all of a question's paragraphs score below its gold ones",
-                "here": f"oracle-gold {gold['acc']:.1f} - oracle-all {every['acc']:.1f} "
-                f"({every[EFFECTIVE_CONTEXT]:,.0f} tokens): {p['text']}",
-                "verdict": _verdict([p["ci"]], every=True),
-                "pairs": [p],
-            }
-        )
+    for claim, a, b in checks:
+        if a is not None and b is not None:
+            p = pairs.pair(a, b)
+            here = f"{p['a']} {a['acc']:.1f} ({a[EFFECTIVE_CONTEXT]:,.0f} tokens) - {p['b']} {b['acc']:.1f} "
+            here += f"({b[EFFECTIVE_CONTEXT]:,.0f}): {p['text']}"
+            claims.append({"claim": claim, "here": here, "verdict": _verdict([p["ci"]], every=True), "pairs": [p]})
     return claims
 
 

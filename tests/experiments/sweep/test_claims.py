@@ -100,4 +100,4 @@ def test_the_oracle_rows_are_set_against_the_grids_best_at_its_largest_budget_an
     bound, distractors = found[-2:]
     assert bound["pairs"][0]["b"] == "iterdrag k=5 m=2 n=2" and bound["pairs"][0]["diff"] == 15.0
     assert (bound["verdict"], distractors["verdict"]) == ("held", "held")
-    assert distractors["here"].startswith("oracle-gold 50.0 - oracle-all 20.0")
+    assert distractors["here"].startswith("oracle-gold 50.0 (400 tokens) - oracle-all 20.0 (1,600)")
