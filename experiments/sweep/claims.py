@@ -12,13 +12,22 @@ Yue et al. 2024 ("Inference Scaling for Long-Context RAG") claim, for RAG under 
 
 and retrieval beating closed-book underlies them all. Beside them, the oracle rows (the RAG program given each
 question's gold paragraphs, or all of them) say what bounds the reader: the gold paragraphs against the grid's best
-at its largest budget (retrieval), and all paragraphs against the gold ones (distractors). Differences are paired
-over the questions on per-question Acc (the sweep's target) with ``compare.paired_bootstrap``. A verdict is ``held``
-when the CIs exclude 0 in the claim's direction (for the allocation claim: when R² and every pick reach
-``ALLOCATION_R2`` and ``ALLOCATION_PICK``); ``not held`` when a CI excludes 0 against the claim, when the per-budget
-best stays the same configuration over the last ``FLAT_STEPS`` budget steps or more, or when the allocation
-thresholds are missed; ``not shown`` otherwise. The per-budget best is chosen on the questions it is scored on, so
-the CIs that involve it lean in its favour.
+at its largest budget (retrieval), and all paragraphs against the gold ones (distractors).
+
+Differences are paired over the questions on per-question Acc (the sweep's target) with
+``compare.paired_bootstrap``. A verdict is ``held`` when the CIs exclude 0 in the claim's direction:
+
+- scaling: the best at the largest budget above the best at the smallest, and a new best at every budget step that
+  admits new configurations (the steps themselves are point estimates; a step past the grid's largest effective
+  context admits none and is not counted);
+- DRAG then IterDRAG: IterDRAG's best above DRAG's at the largest budget, and below it at the smallest (or not
+  fitting there);
+- iterations, DRAG's demonstrations: at every documents-and-shots setting; retrieval: at one k at least;
+- allocation: R² and every pick reach ``ALLOCATION_R2`` and ``ALLOCATION_PICK``.
+
+It is ``not held`` when a CI excludes 0 against the claim, when the best stays the same configuration over the last
+``FLAT_STEPS`` counted budget steps or more, or when the allocation thresholds are missed; ``not shown`` otherwise.
+The per-budget best is chosen on the questions it is scored on, so the CIs that involve it lean in its favour.
 
 One concept in one file: a finished sweep's rows and per-question scores, turned into the paper's claims, checked.
 """
@@ -26,6 +35,7 @@ One concept in one file: a finished sweep's rows and per-question scores, turned
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -49,7 +59,7 @@ def label(row: Row) -> str:
 
 
 class Pairs:
-    """Paired comparisons of sweep rows, each computed once and kept, with its CI, for the claims' JSON."""
+    """Paired comparisons of sweep rows with their CIs, each run's per-question scores read once."""
 
     def __init__(self, scores: Scores, seed: int):
         self.scores, self.seed, self.read = scores, seed, {}
@@ -68,7 +78,8 @@ class Pairs:
         return {
             "a": label(a), "b": label(b), "a_acc": a["acc"], "b_acc": b["acc"],
             "a_tokens": a[EFFECTIVE_CONTEXT], "b_tokens": b[EFFECTIVE_CONTEXT],
-            "ci": ci, "text": format_ci(ci), **extra,
+            "ci": ci, "text": format_ci(ci) if self.of(a) and self.of(b) else "n/a (no per-question scores)",
+            **extra,
         }  # fmt: skip
 
 
@@ -85,17 +96,17 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
     optimum = [(b, best) for b in budgets if (best := best_within(rows, b)) is not None]
     if len(optimum) < 2:
         return None
-    steps = list(itertools.pairwise(optimum))
+    # a step is informative when configurations entered between its budgets; past the grid's largest effective
+    # context a budget adds none, and an unchanged best there says nothing about the claim
+    steps = [
+        (lo, hi) for lo, hi in itertools.pairwise(optimum) if any(lo[0] < r[EFFECTIVE_CONTEXT] <= hi[0] for r in rows)
+    ]
     rises = [pairs.pair(hi, lo, budget=b) for (_, lo), (b, hi) in steps if hi is not lo]
     (b0, first), (b1, last) = optimum[0], optimum[-1]
     overall = pairs.pair(last, first) if last is not first else None
-    flat = 0
-    for (_, lo), (_, hi) in reversed(steps):
-        if hi is not lo:
-            break
-        flat += 1
-    if flat >= FLAT_STEPS:
-        verdict = f"not held: the best is the same from {format_size(optimum[-1 - flat][0])} on"
+    flat = list(itertools.takewhile(lambda step: step[1][1] is step[0][1], reversed(steps)))
+    if len(flat) >= FLAT_STEPS:
+        verdict = f"not held: the best is the same from {format_size(flat[-1][0][0])} on"
     else:
         verdict = _verdict([overall["ci"]], every=True) if overall else "not shown"
         if verdict == "held" and len(rises) < len(steps):
@@ -127,18 +138,19 @@ def _span(budgets: Sequence[int]) -> str:
 
 
 def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[str, Any] | None:
-    found = []
+    found, drag_alone = [], False  # drag_alone: at the smallest budget DRAG fits and no IterDRAG does
     for b in budgets:
         drag = best_within([r for r in rows if r["method"] == "drag"], b)
         iterdrag = best_within([r for r in rows if r["method"] == "iterdrag"], b)
         if drag is not None and iterdrag is not None:
             found.append((b, best_within(rows, b)["method"], pairs.pair(iterdrag, drag, budget=b)))
+        drag_alone = drag_alone or (drag is not None and iterdrag is None and not found)
     if not found:
         return None
     small, large = found[0][2]["ci"], found[-1][2]["ci"]
-    if large is not None and large.high < 0:
+    if (large is not None and large.high < 0) or (small is not None and small.low > 0 and not drag_alone):
         verdict = "not held"
-    elif large is not None and large.low > 0 and small is not None and small.diff <= 0:
+    elif large is not None and large.low > 0 and (drag_alone or (small is not None and small.high < 0)):
         verdict = "held"
     else:
         verdict = "not shown"
@@ -146,7 +158,8 @@ def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs
     return {
         "claim": "DRAG is best at small budgets, IterDRAG at large ones",
         "here": f"best method per budget: {winners}; IterDRAG's best - DRAG's best: "
-        + ", ".join(f"{format_size(b)} {p['text']}" for b, _, p in found),
+        + ", ".join(f"{format_size(b)} {p['text']}" for b, _, p in found)
+        + ("; the smallest budget fits DRAG and no IterDRAG" if drag_alone else ""),
         "verdict": verdict,
         "pairs": [p for _, _, p in found],
     }
@@ -174,6 +187,8 @@ def allocation_fit(fitted: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if fitted is None or not fitted["at_budget"]:
         return None
     r2 = fitted["model"]["r2"]
+    if r2 is None or math.isnan(r2):
+        return None  # the model could not be assessed (all configurations scored alike)
     picks = [a["percent_of_best"] for a in fitted["at_budget"]]
     extrapolated = [a["percent_of_best"] for a in fitted["extrapolation"]]
     held = r2 >= ALLOCATION_R2 and min(picks + extrapolated) >= ALLOCATION_PICK
@@ -202,7 +217,7 @@ def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
 
 
 def oracle_bounds(rows: Sequence[Row], budgets: Sequence[int], oracle: Sequence[Row], pairs: Pairs) -> list[dict]:
-    by_name = {r["method"]: r for r in oracle if r.get("acc") is not None}
+    by_name = {r["method"]: r for r in _measured(oracle)}
     gold, every, best = by_name.get("oracle-gold"), by_name.get("oracle-all"), best_within(rows, budgets[-1])
     checks = [
         ("retrieval bounds the reader: given the gold paragraphs, it beats the grid's best", gold, best),
@@ -230,7 +245,7 @@ def check_claims(
     """The claims the sweep's rows (and its ``oracle`` rows) speak to, in the order of the module docstring: each
     the claim, what was found here (numbers and CIs), the verdict, and the paired comparisons behind it
     (JSON-ready)."""
-    measured = [r for r in rows if None not in (r.get("acc"), r.get(EFFECTIVE_CONTEXT), r.get("run_id"))]
+    measured = _measured(rows)
     budgets, pairs = sorted(budgets), Pairs(scores, seed)
     claims = [
         scaling(measured, budgets, pairs),
@@ -251,6 +266,10 @@ def check_claims(
         *(oracle_bounds(measured, budgets, oracle, pairs) if budgets else []),
     ]  # fmt: skip
     return [_json(c) for c in claims if c is not None]
+
+
+def _measured(rows: Sequence[Row]) -> list[Row]:
+    return [r for r in rows if None not in (r.get("acc"), r.get(EFFECTIVE_CONTEXT), r.get("run_id"))]
 
 
 def _json(claim: dict[str, Any]) -> dict[str, Any]:

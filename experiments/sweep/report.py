@@ -1,5 +1,6 @@
-"""What a sweep found: per budget the best configuration per method and overall (the paper's Table 1 shape), the
-plot of accuracy against effective context, and the computation allocation model fitted on the grid.
+"""What a sweep found: per budget the best configuration per method and overall (the paper's Table 1 shape), every
+configuration's accuracy and effective context, the plot of accuracy against effective context, and the
+computation allocation model fitted on the grid.
 
 A configuration belongs to budget B when its measured effective context is at most B; within a budget the best
 has the highest Acc, then EM, then F1, then the fewest tokens.
@@ -68,6 +69,29 @@ def format_table(table: Sequence[Mapping[str, Any]]) -> str:
         )
     return "\n".join(lines)
 
+
+def format_grid(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Every measured configuration as Acc (tokens of effective context per question): a row per documents k and
+    shots m, a column per method (IterDRAG's per iteration count); closed-book beneath."""
+    measured = {(r["method"], r["docs"], r["shots"], r["iterations"]): r for r in rows if r.get("acc") is not None}
+    columns = sorted({(m, n) for m, _, _, n in measured if m != BASELINE}, key=lambda c: (METHOD_ORDER.get(c[0], 9), c))
+    settings = sorted({(k, s) for m, k, s, _ in measured if m != BASELINE})
+    names = [f"{m} n={n}" if m == "iterdrag" else m for m, n in columns]
+    lines = ["| k | m | " + " | ".join(names) + " |", "|--:|--:|" + "---|" * len(columns)]
+    for k, shots in settings:
+        cells = []
+        for method, n in columns:
+            r = measured.get((method, k, shots, n))
+            cells.append("" if r is None else f"{r['acc']:.1f} ({r[EFFECTIVE_CONTEXT]:,.0f})")
+        lines.append(f"| {k} | {shots} | " + " | ".join(cells) + " |")
+    closed = [r for (m, *_), r in sorted(measured.items()) if m == BASELINE]
+    if closed:
+        lines.append("")
+        lines.append("closed-book: " + ", ".join(f"m={r['shots']} {r['acc']:.1f}" for r in closed))
+    return "\n".join(lines)
+
+
+METHOD_ORDER = {"rag": 0, "drag": 1, "iterdrag": 2}
 
 COLOURS = {"closed-book": "tab:gray", "rag": "tab:blue", "drag": "tab:orange", "iterdrag": "tab:green"}
 

@@ -44,7 +44,15 @@ def test_a_best_that_rises_at_every_budget_holds_and_one_that_stops_rising_does_
     assert found["verdict"] == "held"
     assert "4k - 1k: +30.0" in found["here"]
 
-    flat = [*rising, row("rag", 10, 0, 0, 20, 1500), row("iterdrag", 10, 2, 2, 40, 7000)]
+    past_the_grid = claim(rising, [1000, 2000, 4000, 8000, 16000], SCALING)  # 8k and 16k admit nothing new
+    assert past_the_grid["verdict"] == "held"
+
+    flat = [
+        *rising,
+        row("rag", 10, 0, 0, 20, 1500),
+        row("iterdrag", 10, 2, 2, 40, 7000),
+        row("drag", 10, 2, 0, 5, 12000),
+    ]
     found = claim(flat, [1000, 2000, 4000, 8000, 16000], SCALING)
     assert found["verdict"] == "not held: the best is the same from 4k on"
     assert "4k-16k: iterdrag k=5 m=2 n=1 60.0" in found["here"]
@@ -54,6 +62,8 @@ def test_iterdrag_ahead_at_the_largest_budget_and_not_at_the_smallest_holds_the_
     base = [row("rag", 1, 0, 0, 20, 300), row("drag", 5, 2, 0, 40, 1500)]
     ahead = [*base, row("iterdrag", 1, 0, 1, 30, 1800), row("iterdrag", 5, 2, 2, 70, 6000)]
     assert claim(ahead, [2000, 8000], ORDER)["verdict"] == "held"
+    drag_alone = [row("drag", 5, 2, 0, 40, 900), row("iterdrag", 5, 2, 2, 70, 6000)]
+    assert claim(drag_alone, [1000, 8000], ORDER)["verdict"] == "held"
     behind = [*base, row("iterdrag", 1, 0, 1, 30, 1800), row("iterdrag", 5, 2, 2, 20, 6000)]
     assert claim(behind, [2000, 8000], ORDER)["verdict"] == "not held"
 

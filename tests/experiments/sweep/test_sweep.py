@@ -292,7 +292,8 @@ def test_the_papers_claims_are_checked_with_paired_cis_over_the_runs_own_questio
     paired = [p for c in stored["claims"] for p in c["pairs"]]
     assert paired and all(p["n"] == len(examples[1]) for p in paired if p["diff"] is not None)
     assert all(c["verdict"].split(":")[0] in ("held", "not held", "not shown") for c in stored["claims"])
-    assert "| the paper's claim |" in (result.sweep_dir / "table.md").read_text()
+    written = (result.sweep_dir / "table.md").read_text()
+    assert "| the paper's claim |" in written and "| k | m | rag | drag | iterdrag n=3 |" in written
 
 
 def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
