@@ -113,7 +113,8 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
             verdict = "not shown"  # higher at the top, but not at every step
     path = "; ".join(
         f"{_span([b for b, _ in group])}: {label(r)} {r['acc']:.1f} ({r[EFFECTIVE_CONTEXT]:,.0f})"
-        for r, group in ((g[0][1], g) for _, g in _runs_of(optimum))
+        for group in _runs_of(optimum)
+        for r in [group[0][1]]
     )
     span = (
         f"{format_size(b1)} - {format_size(b0)}: {overall['text']}"
@@ -129,8 +130,8 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
 
 
 def _runs_of(optimum):
-    """Consecutive budgets that share their best row, as (row id, [(budget, row), ...]) groups."""
-    return [(key, list(group)) for key, group in itertools.groupby(optimum, key=lambda item: id(item[1]))]
+    """Consecutive budgets that share their best row, as [(budget, row), ...] groups."""
+    return [list(group) for _, group in itertools.groupby(optimum, key=lambda item: id(item[1]))]
 
 
 def _span(budgets: Sequence[int]) -> str:

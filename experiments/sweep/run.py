@@ -318,8 +318,8 @@ def run_sweep(
             claims = []
         results = {"grid": asdict(grid), "rows": rows, "table": table, "oracle": oracle, "claims": claims}
         write_json(sweep_dir / RESULTS, results)
-        tables = [format_table(table), format_grid(rows), format_claims(claims, len(evalset))]
-        (sweep_dir / TABLE).write_text("\n\n".join(tables) + "\n", encoding="utf-8")
+        best, every, checked = format_table(table), format_grid(rows), format_claims(claims, len(evalset))
+        (sweep_dir / TABLE).write_text("\n\n".join([best, every, checked]) + "\n", encoding="utf-8")
         (sweep_dir / PLAN).write_text(format_plan(planned, got.speed, len(evalset)) + "\n", encoding="utf-8")
         artifacts = [sweep_dir / RESULTS, sweep_dir / TABLE, sweep_dir / PLAN]
         plot_path = None
@@ -329,11 +329,11 @@ def run_sweep(
         if fitted is not None:
             allocation.save(sweep_dir / ALLOCATION, fitted)
             artifacts.append(sweep_dir / ALLOCATION)
-        report(format_table(table))
-        report(format_grid(rows))
+        report(best)
+        report(every)
         if fitted is not None:
             report(format_allocation(fitted))
-        report(format_claims(claims, len(evalset)))
+        report(checked)
         metrics: dict[str, float | None] = {"configurations_run": len(ran), "configurations_failed": len(failed)}
         for r in table:
             for score in ("acc", "em", "f1"):
