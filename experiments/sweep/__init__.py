@@ -16,6 +16,9 @@ A sweep is a grid of configurations theta = (documents k, shots m, iterations n)
 4. **Results** (``report.py``, ``allocation.py``). Per budget, the best configuration per method and overall (the
    paper's Table 1 shape); accuracy against effective context (log x); the computation allocation model, fitted and
    stored as ``allocation.json``, which ``allocate`` reads.
+5. **Claims** (``claims.py``, ``scores.py``). Each of the paper's claims with paired 95% CIs over the questions and a
+   verdict; each run's per-question Acc is kept in ``scores.json``, from which ``scores.recheck`` checks the claims
+   again with no model or MLflow store.
 
 The package imports nothing itself: ``from ragscale.experiments.sweep.run import run_sweep`` and so on.
 """

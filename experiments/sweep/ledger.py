@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 SWEEP_KEY_TAG = "ragscale.sweep_key"
 ESTIMATE_TAG = "ragscale.sweep_estimate"  # the estimate made just before the configuration ran, as JSON
 LEDGER = "ledger.json"
+RESULTS = "results.json"  # the rows, the per-budget table, the oracle rows and the claims
+ALLOCATION = "allocation.json"  # the fitted allocation model
+SCORES = "scores.json"  # each run's per-question Acc (``scores``)
 ROW_FIELDS = (
     "em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
     "eval_s", "wall_s",

@@ -36,14 +36,16 @@ from ragscale.experiments.runner import (
     run_experiment,
 )
 from ragscale.experiments.signals import interrupted
-from ragscale.experiments.sweep import allocation
+from ragscale.experiments.sweep import allocation, scores
 from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
 from ragscale.experiments.sweep.grid import BASELINE, Grid, Point, format_size, point_config
 from ragscale.experiments.sweep.ledger import (
+    ALLOCATION,
     ESTIMATE_TAG,
+    RESULTS,
+    SCORES,
     SWEEP_KEY_TAG,
-    acc_by_question,
     ledger_row,
     load_ledger,
     mlflow_rows,
@@ -64,10 +66,8 @@ from ragscale.experiments.sweep.speed import Speed, measure_speed, speed_from_ru
 
 log = logging.getLogger(__name__)
 
-RESULTS = "results.json"
 TABLE = "table.md"
 PLOT = "accuracy_vs_context.png"
-ALLOCATION = "allocation.json"
 PLAN = "plan.md"
 
 
@@ -308,10 +308,12 @@ def run_sweep(
                 rows.append(row)
         table = budget_table(rows, grid.budgets)
         fitted = fit_allocation(rows, grid.budgets, base.dataset)
+        per_question = None  # written to scores.json, beside results.json, once read
         try:
-            claims = check_claims(
-                rows, grid.budgets, fitted, lambda run_id: acc_by_question(base.runs_dir, run_id), oracle=oracle
-            )
+            collected = scores.collect(base.runs_dir, [*rows, *oracle])
+            scores.save(sweep_dir, collected)
+            per_question = collected
+            claims = check_claims(rows, grid.budgets, fitted, collected.get, oracle=oracle)
         except Exception as exc:  # the tables, the plot and the model are still written; the report says why not
             log.exception("the paper's claims were not checked")
             report(f"the paper's claims were not checked: {type(exc).__name__}: {exc}")
@@ -322,6 +324,8 @@ def run_sweep(
         (sweep_dir / TABLE).write_text("\n\n".join([best, every, checked]) + "\n", encoding="utf-8")
         (sweep_dir / PLAN).write_text(format_plan(planned, got.speed, len(evalset)) + "\n", encoding="utf-8")
         artifacts = [sweep_dir / RESULTS, sweep_dir / TABLE, sweep_dir / PLAN]
+        if per_question is not None:
+            artifacts.append(sweep_dir / SCORES)
         plot_path = None
         if rows:
             plot_path = plot(rows, grid.budgets, sweep_dir / PLOT, title=f"{base.dataset}, {base.lm}, {len(evalset)} q")

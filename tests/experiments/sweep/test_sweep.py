@@ -296,6 +296,32 @@ def test_the_papers_claims_are_checked_with_paired_cis_over_the_runs_own_questio
     assert "| the paper's claim |" in written and "| k | m | rag | drag | iterdrag n=3 |" in written
 
 
+def test_the_claims_are_checked_again_from_the_sweeps_folder_alone_and_a_changed_score_shows(swept, tmp_path):
+    from ragscale.experiments.config import ConfigError
+    from ragscale.experiments.sweep.ledger import RESULTS, SCORES
+    from ragscale.experiments.sweep.scores import recheck
+
+    result, _, _ = swept
+    folder = tmp_path / "copied"
+    folder.mkdir()
+    for name in (RESULTS, SCORES, ALLOCATION):  # no MLflow store, no work folders
+        shutil.copy(result.sweep_dir / name, folder / name)
+    scores = json.loads((folder / SCORES).read_text())
+    gold, _ = json.loads((folder / RESULTS).read_text())["oracle"]
+    assert gold["method"] == "oracle-gold" and gold["run_id"] in scores
+    again, stored = recheck(folder)
+    assert again == stored and any(p["diff"] is not None for c in again for p in c["pairs"])
+
+    question = next(iter(scores[gold["run_id"]]))
+    scores[gold["run_id"]][question] = 100.0 - scores[gold["run_id"]][question]  # one question's Acc flipped
+    (folder / SCORES).write_text(json.dumps(scores))
+    assert recheck(folder)[0] != stored
+
+    (folder / SCORES).unlink()
+    with pytest.raises(ConfigError, match=r"scores\.json: not found"):
+        recheck(folder)
+
+
 def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
     result, _, runs_dir = swept
     assert [r["method"] for r in result.oracle] == ["oracle-gold", "oracle-all"]

@@ -1,0 +1,40 @@
+"""The paper's claims of a finished sweep, checked again from its folder alone, and compared with those it stored.
+
+    python benchmarks/sweep_claims.py FOLDER [FOLDER ...]
+
+A FOLDER is a sweep's folder (``runs/sweeps/<dataset>-<lm>/``) or a copy of its ``results.json``, ``scores.json``
+and ``allocation.json`` (``benchmarks/results/sweep-*/``). Each claim's paired CIs are computed again from each
+question's Acc in ``scores.json`` (``ragscale.experiments.sweep.scores.recheck``), with no model, MLflow store or
+run folder; the claims table is printed, and the exit code is 1 when a folder's claims differ from the ones its
+``results.json`` holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ragscale.experiments.sweep.claims import format_claims
+from ragscale.experiments.sweep.scores import recheck
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    differ = []
+    for folder in args.folders:
+        again, stored = recheck(folder)
+        n = max((p["n"] for c in again for p in c["pairs"] if p.get("n")), default=0)
+        same = again == stored
+        print(f"{folder}: {len(again)} claims, {n} questions; "
+              f"{'the same as' if same else 'DIFFERENT from'} the claims in its results.json\n")  # fmt: skip
+        print(format_claims(again, n) + "\n")
+        if not same:
+            differ.append(folder)
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

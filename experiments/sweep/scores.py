@@ -1,0 +1,61 @@
+"""Each question's Acc in every run of a sweep, kept beside its results so that its claims can be checked again.
+
+The paper's claims (``claims.check_claims``) are paired comparisons over the sweep's questions; their inputs are
+the runs' per-question records, which live in the runs' work folders and MLflow artifacts. ``collect`` reads them
+once and the sweep writes them to ``scores.json`` in its folder (run id -> question id -> Acc in percent), beside
+``results.json`` (the rows, the oracle rows and the claims) and ``allocation.json`` (the fitted model). From those
+three files alone, ``recheck`` checks the claims again -- on a machine without the MLflow store that ran the sweep,
+from a copy in ``benchmarks/results/`` -- and returns them beside the claims stored, which they equal when the
+files are the sweep's own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments.config import ConfigError
+from ragscale.experiments.files import write_json
+from ragscale.experiments.sweep import allocation
+from ragscale.experiments.sweep.claims import check_claims
+from ragscale.experiments.sweep.ledger import ALLOCATION, RESULTS, SCORES, acc_by_question
+
+
+def collect(runs_dir: Path, rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per run id of ``rows`` (the grid's and the oracle's), its per-question Acc in percent; a run whose records
+    cannot be read is left out, and the comparisons that need it say so (``claims.Pairs``)."""
+    scores: dict[str, dict[str, float]] = {}
+    for row in rows:
+        run_id = row.get("run_id")
+        if run_id and run_id not in scores and (acc := acc_by_question(runs_dir, run_id)) is not None:
+            scores[run_id] = acc
+    return scores
+
+
+def save(sweep_dir: Path, scores: Mapping[str, Mapping[str, float]]) -> None:
+    write_json(Path(sweep_dir) / SCORES, scores, indent=0)
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: not found; a sweep's folder holds {RESULTS}, {SCORES} and {ALLOCATION}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def recheck(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The claims checked again from ``results.json``, ``scores.json`` and ``allocation.json`` in ``sweep_dir`` (a
+    sweep without a fitted model has none), and the claims ``results.json`` holds."""
+    sweep_dir = Path(sweep_dir)
+    results, scores = _read(sweep_dir / RESULTS), _read(sweep_dir / SCORES)
+    missing = [k for k in ("grid", "rows", "oracle", "claims") if k not in results]
+    if missing:
+        raise ConfigError(f"{sweep_dir / RESULTS}: lacks {', '.join(missing)} (written by an older ragscale)")
+    path = sweep_dir / ALLOCATION
+    fitted = allocation.load(path) if path.exists() else None
+    claims = check_claims(results["rows"], results["grid"]["budgets"], fitted, scores.get, oracle=results["oracle"])
+    return json.loads(json.dumps(claims)), results["claims"]
