@@ -12,9 +12,9 @@ run folder; the claims table is printed, and the exit code is 1 when a folder's 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from ragscale.experiments.config import ConfigError
 from ragscale.experiments.sweep.claims import format_claims
 from ragscale.experiments.sweep.scores import recheck
 
@@ -25,16 +25,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     differ = []
     for folder in args.folders:
-        again, stored = recheck(folder)
+        try:
+            again, stored = recheck(folder)
+        except ConfigError as exc:
+            raise SystemExit(f"sweep_claims: {exc}") from exc
         n = max((p["n"] for c in again for p in c["pairs"] if p.get("n")), default=0)
-        same = again == stored
+        changed = [c["claim"] for c in again if c not in stored] + [c["claim"] for c in stored if c not in again]
         print(f"{folder}: {len(again)} claims, {n} questions; "
-              f"{'the same as' if same else 'DIFFERENT from'} the claims in its results.json\n")  # fmt: skip
+              f"{'DIFFERENT from' if changed else 'the same as'} the claims in its results.json\n")  # fmt: skip
         print(format_claims(again, n) + "\n")
-        if not same:
+        if changed:
+            print("differing: " + "; ".join(dict.fromkeys(changed)) + "\n")
             differ.append(folder)
     return 1 if differ else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

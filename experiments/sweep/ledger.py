@@ -3,7 +3,9 @@
 A configuration's key hashes what determines its result (``identity.config_key``: its settings and a fingerprint of
 the questions). Finished configurations are kept in ``ledger.json`` in the sweep directory and tagged on their
 MLflow child runs (``SWEEP_KEY_TAG``, with the estimate made just before they ran), so a rerun skips them even
-when the ledger is lost. A row holds the run's summary values under the names of its MLflow metrics.
+when the ledger is lost. A row holds the run's summary values under the names of its MLflow metrics. The names of
+the other files a sweep keeps in its folder are here too: what it found (``results.json``), each run's
+per-question Acc (``scores.json``) and its fitted allocation model (``allocation.json``).
 """
 
 from __future__ import annotations

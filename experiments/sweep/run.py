@@ -308,18 +308,23 @@ def run_sweep(
                 rows.append(row)
         table = budget_table(rows, grid.budgets)
         fitted = fit_allocation(rows, grid.budgets, base.dataset)
-        per_question = None  # written to scores.json, beside results.json, once read
+        claims: list[dict] = []
+        per_question: dict[str, dict[str, float]] | None = None
         try:
-            collected = scores.collect(base.runs_dir, [*rows, *oracle])
-            scores.save(sweep_dir, collected)
-            per_question = collected
-            claims = check_claims(rows, grid.budgets, fitted, collected.get, oracle=oracle)
+            per_question = scores.collect(base.runs_dir, [*rows, *oracle])
+            claims = check_claims(rows, grid.budgets, fitted, per_question.get, oracle=oracle)
         except Exception as exc:  # the tables, the plot and the model are still written; the report says why not
             log.exception("the paper's claims were not checked")
             report(f"the paper's claims were not checked: {type(exc).__name__}: {exc}")
-            claims = []
         results = {"grid": asdict(grid), "rows": rows, "table": table, "oracle": oracle, "claims": claims}
         write_json(sweep_dir / RESULTS, results)
+        # The folder's files are of this sitting: one left from an earlier one would not match results.json.
+        if per_question is None:
+            (sweep_dir / SCORES).unlink(missing_ok=True)
+        else:
+            scores.save(sweep_dir, per_question)
+        if fitted is None:
+            (sweep_dir / ALLOCATION).unlink(missing_ok=True)
         best, every, checked = format_table(table), format_grid(rows), format_claims(claims, len(evalset))
         (sweep_dir / TABLE).write_text("\n\n".join([best, every, checked]) + "\n", encoding="utf-8")
         (sweep_dir / PLAN).write_text(format_plan(planned, got.speed, len(evalset)) + "\n", encoding="utf-8")

@@ -18,7 +18,6 @@ from typing import Any
 
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import write_json
-from ragscale.experiments.sweep import allocation
 from ragscale.experiments.sweep.claims import check_claims
 from ragscale.experiments.sweep.ledger import ALLOCATION, RESULTS, SCORES, acc_by_question
 
@@ -47,15 +46,29 @@ def _read(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
 
 
+def check_against(rows: Iterable[Mapping[str, Any]], scores: Mapping[str, Mapping[str, float]], path: Path) -> None:
+    """Each run's scores in ``path`` are its row's: as many questions as its ``n``, their mean its ``acc``."""
+    for row in rows:
+        got = scores.get(row.get("run_id") or "")
+        if got is None:
+            continue
+        mean = sum(got.values()) / len(got) if got else float("nan")
+        if len(got) != row["n"] or not abs(mean - row["acc"]) < 0.01:
+            raise ConfigError(
+                f"{path}: run {row['run_id']} has {len(got)} scores averaging {mean:.2f}, but its row in {RESULTS} "
+                f"says n {row['n']} and acc {row['acc']}: the files are not of one sweep"
+            )
+
+
 def recheck(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The claims checked again from ``results.json``, ``scores.json`` and ``allocation.json`` in ``sweep_dir`` (a
-    sweep without a fitted model has none), and the claims ``results.json`` holds."""
+    sweep that fitted no model has none), and the claims ``results.json`` holds."""
     sweep_dir = Path(sweep_dir)
     results, scores = _read(sweep_dir / RESULTS), _read(sweep_dir / SCORES)
     missing = [k for k in ("grid", "rows", "oracle", "claims") if k not in results]
     if missing:
         raise ConfigError(f"{sweep_dir / RESULTS}: lacks {', '.join(missing)} (written by an older ragscale)")
-    path = sweep_dir / ALLOCATION
-    fitted = allocation.load(path) if path.exists() else None
+    check_against([*results["rows"], *results["oracle"]], scores, sweep_dir / SCORES)
+    fitted = _read(sweep_dir / ALLOCATION) if (sweep_dir / ALLOCATION).exists() else None
     claims = check_claims(results["rows"], results["grid"]["budgets"], fitted, scores.get, oracle=results["oracle"])
     return json.loads(json.dumps(claims)), results["claims"]

@@ -22,12 +22,13 @@ import pytest
 from dspy.lm15 import Message, Response, TextPart, Usage
 
 from ragscale.experiments import tracking
-from ragscale.experiments.config import RunConfig
+from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points, parse_size
-from ragscale.experiments.sweep.ledger import LEDGER
+from ragscale.experiments.sweep.ledger import LEDGER, RESULTS, SCORES
 from ragscale.experiments.sweep.report import budget_table
 from ragscale.experiments.sweep.run import ALLOCATION, PLOT, allocate, run_sweep
+from ragscale.experiments.sweep.scores import recheck
 from ragscale.experiments.sweep.speed import Speed
 from ragscale.programs.lm.meter import MeteredLM
 from ragscale.programs.lm.prompt import render_chat, request_messages
@@ -296,30 +297,38 @@ def test_the_papers_claims_are_checked_with_paired_cis_over_the_runs_own_questio
     assert "| the paper's claim |" in written and "| k | m | rag | drag | iterdrag n=3 |" in written
 
 
-def test_the_claims_are_checked_again_from_the_sweeps_folder_alone_and_a_changed_score_shows(swept, tmp_path):
-    from ragscale.experiments.config import ConfigError
-    from ragscale.experiments.sweep.ledger import RESULTS, SCORES
-    from ragscale.experiments.sweep.scores import recheck
-
+@pytest.fixture
+def copied_folder(swept, tmp_path) -> Path:
+    """The sweep's results, scores and allocation model alone: no MLflow store, no work folders."""
     result, _, _ = swept
     folder = tmp_path / "copied"
     folder.mkdir()
-    for name in (RESULTS, SCORES, ALLOCATION):  # no MLflow store, no work folders
+    for name in (RESULTS, SCORES, ALLOCATION):
         shutil.copy(result.sweep_dir / name, folder / name)
-    scores = json.loads((folder / SCORES).read_text())
-    gold, _ = json.loads((folder / RESULTS).read_text())["oracle"]
-    assert gold["method"] == "oracle-gold" and gold["run_id"] in scores
-    again, stored = recheck(folder)
+    return folder
+
+
+def test_the_claims_are_checked_again_from_the_sweeps_folder_alone(copied_folder):
+    gold, _ = json.loads((copied_folder / RESULTS).read_text())["oracle"]
+    assert gold["run_id"] in json.loads((copied_folder / SCORES).read_text())
+    again, stored = recheck(copied_folder)
     assert again == stored and any(p["diff"] is not None for c in again for p in c["pairs"])
 
+
+def test_scores_that_are_not_the_runs_rows_are_refused_naming_the_run(copied_folder):
+    gold, _ = json.loads((copied_folder / RESULTS).read_text())["oracle"]
+    scores = json.loads((copied_folder / SCORES).read_text())
     question = next(iter(scores[gold["run_id"]]))
     scores[gold["run_id"]][question] = 100.0 - scores[gold["run_id"]][question]  # one question's Acc flipped
-    (folder / SCORES).write_text(json.dumps(scores))
-    assert recheck(folder)[0] != stored
+    (copied_folder / SCORES).write_text(json.dumps(scores))
+    with pytest.raises(ConfigError, match=f"run {gold['run_id']} has"):
+        recheck(copied_folder)
 
-    (folder / SCORES).unlink()
+
+def test_a_folder_without_its_scores_names_the_missing_file(copied_folder):
+    (copied_folder / SCORES).unlink()
     with pytest.raises(ConfigError, match=r"scores\.json: not found"):
-        recheck(folder)
+        recheck(copied_folder)
 
 
 def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
