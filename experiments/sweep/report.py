@@ -96,16 +96,24 @@ METHOD_ORDER = {"rag": 0, "drag": 1, "iterdrag": 2}
 COLOURS = {"closed-book": "tab:gray", "rag": "tab:blue", "drag": "tab:orange", "iterdrag": "tab:green"}
 
 
-def plot(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], path: Path, *, title: str = "") -> Path:
+def plot(
+    rows: Sequence[Mapping[str, Any]],
+    budgets: Sequence[int],
+    path: Path,
+    *,
+    title: str = "",
+    oracle: Sequence[Mapping[str, Any]] = (),
+) -> Path:
     """Accuracy against effective context (log x): every configuration a point coloured by method, the per-budget
-    optimum as a line; written to `path` (PNG) with matplotlib's Agg backend."""
+    optimum as a line, and the ``oracle`` rows (the reader given the gold, or all, paragraphs) as labelled stars
+    beside them; written to `path` (PNG) with matplotlib's Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     measured = [r for r in rows if r.get("acc") is not None and r.get(EFFECTIVE_CONTEXT)]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for method in sorted({r["method"] for r in measured}):
         mine = [r for r in measured if r["method"] == method]
         ax.scatter(
@@ -127,12 +135,17 @@ def plot(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], path: Path, 
         xs, ys = zip(*sorted(optimum), strict=True)
         ax.plot(xs, ys, color="black", linewidth=1.2, label="per-budget optimum")
         ax.scatter(*zip(*marks, strict=True), color="black", marker="D", s=18, zorder=3)
+    for row in oracle:
+        if row.get("acc") is not None and row.get(EFFECTIVE_CONTEXT):
+            ax.scatter(row[EFFECTIVE_CONTEXT], row["acc"], marker="*", s=90, color="crimson", zorder=3)
+            ax.annotate(row["method"], (row[EFFECTIVE_CONTEXT], row["acc"]), textcoords="offset points",
+                        xytext=(6, -3), fontsize=8, color="crimson")  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlabel("effective context length (input tokens of all LM calls per question)")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title or "Accuracy vs effective context")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: it hides no point
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -333,7 +333,8 @@ def run_sweep(
             artifacts.append(sweep_dir / SCORES)
         plot_path = None
         if rows:
-            plot_path = plot(rows, grid.budgets, sweep_dir / PLOT, title=f"{base.dataset}, {base.lm}, {len(evalset)} q")
+            title = f"{base.dataset}, {base.lm}, {len(evalset)} q"
+            plot_path = plot(rows, grid.budgets, sweep_dir / PLOT, title=title, oracle=oracle)
             artifacts.append(plot_path)
         if fitted is not None:
             allocation.save(sweep_dir / ALLOCATION, fitted)
