@@ -112,7 +112,10 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    measured = [r for r in rows if r.get("acc") is not None and r.get(EFFECTIVE_CONTEXT)]
+    def placed(row: Mapping[str, Any]) -> bool:  # scored, with an effective context to stand on the x axis
+        return row.get("acc") is not None and bool(row.get(EFFECTIVE_CONTEXT))
+
+    measured = [r for r in rows if placed(r)]
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for method in sorted({r["method"] for r in measured}):
         mine = [r for r in measured if r["method"] == method]
@@ -135,11 +138,10 @@ def plot(
         xs, ys = zip(*sorted(optimum), strict=True)
         ax.plot(xs, ys, color="black", linewidth=1.2, label="per-budget optimum")
         ax.scatter(*zip(*marks, strict=True), color="black", marker="D", s=18, zorder=3)
-    for row in oracle:
-        if row.get("acc") is not None and row.get(EFFECTIVE_CONTEXT):
-            ax.scatter(row[EFFECTIVE_CONTEXT], row["acc"], marker="*", s=90, color="crimson", zorder=3)
-            ax.annotate(row["method"], (row[EFFECTIVE_CONTEXT], row["acc"]), textcoords="offset points",
-                        xytext=(6, -3), fontsize=8, color="crimson")  # fmt: skip
+    for row in filter(placed, oracle):
+        ax.scatter(row[EFFECTIVE_CONTEXT], row["acc"], marker="*", s=90, color="crimson", zorder=3)
+        ax.annotate(row["method"], (row[EFFECTIVE_CONTEXT], row["acc"]), textcoords="offset points",
+                    xytext=(6, -3), fontsize=8, color="crimson")  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlabel("effective context length (input tokens of all LM calls per question)")
     ax.set_ylabel("accuracy (%)")
