@@ -1,6 +1,8 @@
 """Retrieval benchmark: dense (chromadb + MiniLM), BM25 and their RRF hybrid on a dataset's dev split.
 
-The corpus is the union of the evaluated questions' paragraphs (deduplicated by title + text). Recall@k is the
+The corpus is ``--corpus`` as a run takes it (``data/corpora.py``): the dataset's every paragraph (the default),
+``all`` datasets pooled, or ``questions``, the union of the evaluated questions' paragraphs (the distractor
+setting, where every gold paragraph is among a few thousand). Recall@k is the
 fraction of a question's gold supporting titles found among the titles of the top k passages, averaged over
 questions. Each retriever is asked once per question for k = 20 and recall@2/5/10 are read off that list (so
 the hybrid's candidate depth is max(3 * 20, 20) = 60 per side).
@@ -14,7 +16,7 @@ and writing the JSON; BM25 load is reopening that JSON. Query latency is wall ti
 runs on one thread by default (``--threads``): on a shared machine of few cores, intra-op threads that wait for
 cores other processes hold make a single query embedding many times slower.
 
-    python benchmarks/retrieval.py --dataset hotpotqa [--eval-file FILE] [--limit N] [--json FILE]
+    python benchmarks/retrieval.py --dataset hotpotqa [--corpus all] [--eval-file FILE] [--limit N] [--json FILE]
 """
 
 from __future__ import annotations
@@ -82,14 +84,16 @@ def main(argv: list[str] | None = None) -> dict:
 
     go_offline()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from ragscale.data import DATASETS, build_corpus, load_jsonl, load_split
+    from ragscale.data import DATASETS, default_data_dir, load_jsonl, load_split
+    from ragscale.data.corpora import load_corpus
     from ragscale.programs.retrieval import BM25Retriever, DenseRetriever, HybridRetriever, MiniLMEmbedder
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="hotpotqa", choices=DATASETS)
     parser.add_argument("--split", default="dev")
     parser.add_argument("--eval-file", type=Path, help="JSONL in the shared schema instead of the bundled split")
-    parser.add_argument("--limit", type=int, help="evaluate only the first N questions (corpus shrinks with them)")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N questions")
+    parser.add_argument("--corpus", help="a dataset, all, questions or a JSONL file (default: --dataset's)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
     parser.add_argument("--embed-sample", type=int, default=500, help="passages for the raw embedder timing")
     parser.add_argument("--weights", type=float, nargs=2, metavar=("DENSE", "BM25"), help="RRF weights")
@@ -107,7 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
     examples = [e for e in examples if e.supporting_titles][: args.limit]
     if not examples:
         parser.error(f"no questions with supporting titles in {args.eval_file or args.dataset}")
-    corpus = build_corpus(examples)
+    chosen = load_corpus(args.corpus or args.dataset, default_data_dir(), questions=examples)
+    corpus = chosen.with_paragraphs(examples).passages if args.eval_file else chosen.passages
     name = args.eval_file.stem if args.eval_file else args.dataset
 
     with tempfile.TemporaryDirectory(prefix="ragscale-bench-") as scratch:
@@ -152,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
         bm25_load_s = time.perf_counter() - started
 
         hybrid = HybridRetriever(dense, bm25, weights=args.weights, depth_factor=args.depth_factor)
-        results: dict = {"dataset": name, "n_questions": len(examples), "n_passages": len(corpus)}
+        results: dict = {"dataset": name, "corpus": chosen.name, "n_questions": len(examples)}
+        results["n_passages"] = len(corpus)
         for label, retriever in (("dense", dense), ("bm25", bm25), ("hybrid", hybrid)):
             results[label] = evaluate(retriever, examples)
         indexed = timed.count or len(corpus)
@@ -181,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def render(results: dict) -> str:
     lines = [
-        f"{results['dataset']}: {results['n_questions']} questions, {results['n_passages']} passages",
+        f"{results['dataset']}: {results['n_questions']} questions, corpus {results.get('corpus')} of "
+        f"{results['n_passages']} passages",
         "",
         "| retriever | recall@2 | recall@5 | recall@10 | recall@20 | query p50 ms | query p95 ms |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -8,6 +8,8 @@ the latest closed-book run with the same LM (else any LM), else the dataset's fi
 method's defining behaviour (``behaviour.<name>`` metrics: IterDRAG's follow-ups, Self-RAG's retrieval rate, ...)
 and how many of its questions failed (they score 0). Only FINISHED runs are compared unless FAILED and KILLED runs
 are asked for (``load_runs(unfinished=True)``, ``compare --unfinished``): their rows are marked with their status.
+Each row names the corpus its run searched (``--corpus``, with the start of its sha256); a run is never paired with
+a baseline that searched another corpus, and the latest run is kept per corpus too.
 Runs made by different code, libraries, machines, model files or data files (``provenance``) are named as such
 under the table (``provenance_note``). The table prints as markdown, JSON or CSV; ``chart.py`` draws it.
 
@@ -88,10 +90,12 @@ class RunResult:
     em: dict[str, float] = field(default_factory=dict)
     f1: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, str] = field(default_factory=dict)  # what produced it (``provenance.provenance_tags``)
+    corpus: str = ""  # the corpus's name ("" for a run that searches none)
+    corpus_sha256: str = ""
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.method, self.optimizer, self.dataset, self.lm)
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.method, self.optimizer, self.dataset, self.lm, self.corpus_sha256)
 
     @classmethod
     def from_records(cls, run_id: str, records: Sequence[Mapping[str, Any]], **labels: Any) -> RunResult:
@@ -134,6 +138,8 @@ def load_runs(runs_dir: Path, *, unfinished: bool = False) -> list[RunResult]:
                 status=run.info.status,
                 failed=sum(r.get("error") is not None for r in records),
                 provenance={k: v for k, v in run.data.tags.items() if k.startswith(PREFIX)},
+                corpus=params.get("corpus", "") if "corpus_sha256" in params else "",
+                corpus_sha256=params.get("corpus_sha256", ""),
             )
         )
     return results
@@ -150,8 +156,13 @@ def find_run(runs: Sequence[RunResult], ref: str) -> RunResult:
     raise ValueError(f"--baseline {ref!r} {what}; runs: {known}")
 
 
+def other_corpus(a: RunResult, b: RunResult) -> bool:
+    """Whether two runs searched different corpora (a run that searches none, closed-book, pairs with any)."""
+    return bool(a.corpus_sha256 and b.corpus_sha256 and a.corpus_sha256 != b.corpus_sha256)
+
+
 def default_baseline(runs: Sequence[RunResult], run: RunResult) -> RunResult | None:
-    same_data = [r for r in runs if r.dataset == run.dataset]
+    same_data = [r for r in runs if r.dataset == run.dataset and not other_corpus(r, run)]
     closed = [r for r in same_data if r.method == "closed-book"]
     same_lm = [r for r in closed if r.lm == run.lm]
     for pool in (same_lm, closed):
@@ -199,6 +210,8 @@ def compare_runs(
     rows = []
     for run in sorted(shown, key=lambda r: (r.dataset, r.lm, r.method != "closed-book", r.method, r.optimizer)):
         base = fixed or default_baseline(finished, run)
+        if base is not None and other_corpus(base, run):
+            base = None  # never paired: the questions met other passages
         is_base = base is not None and base.run_id == run.run_id
         rows.append(
             {
@@ -207,6 +220,8 @@ def compare_runs(
                 "optimizer": run.optimizer,
                 "dataset": run.dataset,
                 "lm": run.lm,
+                "corpus": run.corpus,
+                "corpus_sha256": run.corpus_sha256,
                 "n": len(run.em),
                 "failed": run.failed,
                 "status": run.status,
@@ -228,12 +243,19 @@ def compare_runs(
     return rows
 
 
+def format_corpus(name: str, sha256: str) -> str:
+    """A corpus as the table shows it: its name (a file's stem) and the start of its sha256; "" for none."""
+    if not sha256:
+        return ""
+    return f"{Path(name).stem if '/' in name else name} ({sha256[:8]})"
+
+
 def format_ci(ci: BootstrapCI | None, is_base: bool = False) -> str:
     """A difference with its 95% CI, ``*`` when the CI excludes 0 (as the comparison tables show it)."""
     if is_base:
         return "baseline"
     if ci is None:
-        return "n/a (no shared questions)"
+        return "n/a (no shared questions, or another corpus)"
     mark = " *" if ci.excludes_zero() else ""
     return f"{ci.diff:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]{mark}"
 
@@ -246,6 +268,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         "optimizer",
         "dataset",
         "lm",
+        "corpus",
         "n",
         "failed",
         "EM",
@@ -264,6 +287,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
             row["optimizer"],
             row["dataset"],
             row["lm"],
+            format_corpus(row["corpus"], row["corpus_sha256"]),
             str(row["n"]),
             str(row["failed"]),
             f"{row['em']:.1f}",
@@ -283,9 +307,9 @@ def format_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     import csv
     import io
 
-    columns = ["run_id", "method", "optimizer", "dataset", "lm", "n", "failed", "status", "em", "f1",
-               "em_diff", "em_low", "em_high", "f1_diff", "f1_low", "f1_high", EFFECTIVE_CONTEXT, "behaviour",
-               "baseline_run_id"]  # fmt: skip
+    columns = ["run_id", "method", "optimizer", "dataset", "lm", "corpus", "corpus_sha256", "n", "failed", "status",
+               "em", "f1", "em_diff", "em_low", "em_high", "f1_diff", "f1_low", "f1_high", EFFECTIVE_CONTEXT,
+               "behaviour", "baseline_run_id"]  # fmt: skip
     out = io.StringIO()
     writer = csv.DictWriter(out, columns, lineterminator="\n")
     writer.writeheader()

@@ -18,6 +18,13 @@ from typing import Any
 
 from ragscale.programs.lm.models import DEFAULT_LM, WEIGHTS
 
+CORPUS_HELP = (
+    "what the run retrieves from: a dataset name (every paragraph of its splits; default: --dataset's), 'all' (every "
+    "dataset pooled), 'questions' (the run's own questions' paragraphs, the distractor setting), or a JSONL file "
+    "(FlashRAG's {id, contents} or {id, title, text})"
+)
+"""The help of ``--corpus``, shared by ``run`` and ``sweep``."""
+
 
 class ConfigError(ValueError):
     """A run configuration that cannot run: names the field, the value and the valid choices."""
@@ -37,7 +44,8 @@ class RunConfig:
     student may learn from a teacher on a server, or the other way round. `reflection_lm` and `budget` are GEPA's:
     the LM that reads the feedback and rewrites instructions (default: the teacher, else `lm`) and how much it may
     spend (light, medium, heavy, or a cap on metric calls). `trace` records MLflow traces of every question
-    (``experiments/traces.py``).
+    (``experiments/traces.py``). `corpus` is what the run retrieves from (``data/corpora.py``): a dataset's every
+    paragraph (default: `dataset`'s), `all` of them, the run's own `questions`, or a JSONL file.
 
     Paths are made absolute on construction (relative ones are taken from the current directory), so the params
     logged to MLflow point at the same files wherever the run is inspected from.
@@ -57,6 +65,7 @@ class RunConfig:
     max_tokens: int = 256
     cache: bool = True
     retriever: str = "hybrid"
+    corpus: str | None = None
     chroma_url: str | None = None
     k: int = 5
     max_iterations: int = 3
@@ -134,6 +143,14 @@ class RunConfig:
         object.__setattr__(self, "runs_dir", Path(self.runs_dir).expanduser().resolve())
         if self.eval_file is not None:
             object.__setattr__(self, "eval_file", Path(self.eval_file).expanduser().resolve())
+        from ragscale.data.corpora import is_corpus_file
+
+        if self.corpus is None:
+            object.__setattr__(self, "corpus", self.dataset)
+        elif not self.corpus:
+            raise ConfigError("corpus must be a corpus name or a JSONL file, got ''")
+        elif is_corpus_file(self.corpus):
+            object.__setattr__(self, "corpus", str(Path(self.corpus).expanduser().resolve()))
 
     @property
     def train_path(self) -> Path:

@@ -15,7 +15,8 @@ teleprompter alone) with compile_lm_calls, compile_input_tokens and compile_outp
 made, the teacher's included: never part of the per-question figures), wall_s (the whole run: loading, indexing,
 compiling, evaluating), peak_rss_gb (the process's peak resident memory so far, in GB: the run's own peak when
 it is the process's only run) and weights_gb (the bytes of the local LM's weights as loaded, packed copies
-included; None for a server LM), behaviour (``{name: mean}`` of the method's defining step per question, see
+included; None for a server LM), corpus (``{"name", "passages", "sha256"}`` of the corpus searched, None for a
+run that retrieves nothing), behaviour (``{name: mean}`` of the method's defining step per question, see
 ``ragscale.programs.behaviour``: rates 0-1, counts per question; ``{}`` for closed-book, RAG and DRAG),
 resumed (the questions carried over from an earlier, killed or failed, attempt of the same run: their records are
 counted like the others, but questions_per_minute counts only the questions answered in this attempt),
@@ -46,7 +47,7 @@ SUMMARY_KEYS = (
     "method", "dataset", "optimizer", "lm", "n", "failed", "em", "f1", "acc", "retrieval_recall",
     "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question", "questions_per_minute", "eval_s",
     "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens", "wall_s", "peak_rss_gb",
-    "weights_gb", "behaviour", "resumed", "mlflow_run_id",
+    "weights_gb", "corpus", "behaviour", "resumed", "mlflow_run_id",
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
@@ -202,10 +203,12 @@ def summarize(
     compile_usage: Mapping[str, int] | None = None,
     weights_bytes: int | None = None,
     resumed: int = 0,
+    corpus: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run summary (see the module docstring); failed questions count as 0 in the score means.
     ``compile_usage`` (the counts of the LM calls compiling made: calls, input_tokens, output_tokens) gives the
-    compile_* counts, 0 without it. ``resumed`` of the records were carried over from an earlier attempt."""
+    compile_* counts, 0 without it. ``resumed`` of the records were carried over from an earlier attempt.
+    ``corpus`` is what the run retrieved from (``Corpus.describe()``), None for a run that retrieves nothing."""
     usage = compile_usage or {"calls": 0, "input_tokens": 0, "output_tokens": 0}
     n = len(records)
     recalls = [r["retrieval_recall"] for r in records if r["retrieval_recall"] is not None]
@@ -232,6 +235,7 @@ def summarize(
         "wall_s": round(wall_s, 2),
         "peak_rss_gb": round(peak_rss_gb(), 2),
         "weights_gb": None if weights_bytes is None else round(weights_bytes / 1e9, 3),
+        "corpus": dict(corpus) if corpus else None,
         "behaviour": behaviour_means(records),
         "resumed": resumed,
         "mlflow_run_id": run_id,

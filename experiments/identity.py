@@ -38,16 +38,23 @@ def data_fingerprint(train: Sequence, evalset: Sequence) -> str:
     return digest.hexdigest()[:16]
 
 
-def config_key(config: RunConfig, fingerprint: str, program: Any = None, retriever: Any = None) -> str:
+def config_key(
+    config: RunConfig, fingerprint: str, program: Any = None, retriever: Any = None, corpus: Any = None
+) -> str:
     """A hash of what determines a configuration's result: its settings (``KEY_FIELDS``) and the data, the
     state of a ``program`` compiled elsewhere and given to the run (the sweep compiles once per method and shots;
-    its demonstrations then decide the result, not the run's own compilation), and the ``identity`` of a
-    retriever given to the run when it names one (the oracle rows: gold paragraphs or all of them)."""
+    its demonstrations then decide the result, not the run's own compilation), the ``identity`` of a
+    retriever given to the run when it names one (the oracle rows: gold paragraphs or all of them), and the
+    sha256 of the corpus searched (``corpus``, a ``Corpus.describe()``, else the retriever's ``corpus``), so a run
+    never resumes one on another corpus."""
     values = {name: getattr(config, name) for name in KEY_FIELDS}
     values.update({name: getattr(config, name) for name in OPTIONAL_KEY_FIELDS if getattr(config, name) is not None})
     if program is not None:
         values["program"] = program.dump_state()
     if getattr(retriever, "identity", None):
         values["retriever_identity"] = retriever.identity
+    corpus = corpus or getattr(retriever, "corpus", None)
+    if corpus:
+        values["corpus_sha256"] = corpus["sha256"]
     text = json.dumps({**values, "data": fingerprint}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]

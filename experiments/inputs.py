@@ -7,7 +7,8 @@ or value at fault:
 
 - ``check_inputs(config)``: the model name (a path must be a model folder or a whole GGUF file), the data folder
   holding the dataset, every line of the train and evaluation files (``read_jsonl``: JSON, UTF-8, the schema, unique
-  question ids), k against the passages the run will index, and the runs directory writable;
+  question ids), the corpus the run searches (every line of a corpus file) and k against its passages, and the runs
+  directory writable;
 - ``check_lm(name, flag)``: a model given as a path, without loading it;
 - ``check_writable_dir(path, flag)`` and ``check_output_file(path, flag)``: a folder or a file path that the command
   will write, created (the folder) and tried with a scratch file now.
@@ -91,19 +92,17 @@ def _missing_data(config: RunConfig, missing: list[Path]) -> str:
 
 
 def check_k(config: RunConfig, train: list[dict], evalset: list[dict]) -> None:
-    """k is at most the number of distinct passages the run indexes (the paragraphs of its train and eval
-    questions, ``build_corpus``): more can never be retrieved, and a k far beyond the corpus is a typo."""
-    from ragscale.data import build_corpus
+    """The corpus the run searches can be read (``data.corpora``: every line of a corpus file is checked) and
+    holds at least k passages: more can never be retrieved, and a k far beyond the corpus is a typo."""
+    from ragscale.data.corpora import CorpusError, load_corpus
 
-    passages = len(build_corpus([*train, *evalset]))
-    where = f"the paragraphs of its {len(train)} train and {len(evalset)} eval questions of {config.dataset}"
-    if passages == 0:
-        raise ConfigError(
-            f"--method {config.method} retrieves, but this run's corpus is empty ({where} have no paragraphs); "
-            f"use --method {CLOSED_BOOK}"
-        )
+    try:
+        corpus = load_corpus(config.corpus, config.data_dir, questions=[*train, *evalset])
+    except CorpusError as exc:
+        raise ConfigError(f"--corpus: {exc}") from exc
+    passages = len(corpus) + (sum(len(r["paragraphs"]) for r in evalset) if config.eval_file is not None else 0)
     if config.k > passages:
-        raise ConfigError(f"--k {config.k} is more than the {passages} passages this run indexes ({where})")
+        raise ConfigError(f"--k {config.k} is more than the {len(corpus)} passages of --corpus {corpus.name}")
 
 
 def check_writable_dir(path: Path, flag: str) -> None:

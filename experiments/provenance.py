@@ -6,9 +6,9 @@ gives them as MLflow tags (``ragscale.provenance.*``): the ragscale version and,
 commit and whether the work tree had uncommitted changes; the versions of ``PACKAGES``; the CPU model and the
 flags that pick the engine's code paths, and the GPU; the sha256 of the model files of the LM, the teacher and
 GEPA's reflection LM (a preset's pinned one, checked when it was assembled; a local file's, computed once per
-process). ``data_files`` names the dataset files a run reads; ``tracking.log_data_files`` logs them as MLflow
-dataset inputs with their sha256. ``differing`` says which of these tags tell a set of runs apart (``ragscale
-compare`` prints it under its table).
+process); the sha256 of the corpus searched. ``data_files`` names the dataset files a run reads;
+``tracking.log_data_files`` logs them as MLflow dataset inputs with their sha256. ``differing`` says which of these
+tags tell a set of runs apart (``ragscale compare`` prints it under its table).
 """
 
 from __future__ import annotations
@@ -99,9 +99,12 @@ def model_sha256(name: str) -> str | None:
     return digest.hexdigest()
 
 
-def provenance_tags(config: RunConfig) -> dict[str, str]:
-    """The MLflow tags that say what produced a run of ``config`` (see the module docstring)."""
+def provenance_tags(config: RunConfig, corpus=None) -> dict[str, str]:
+    """The MLflow tags that say what produced a run of ``config`` (see the module docstring), with the sha256 of
+    the ``corpus`` it searched (a ``Corpus.describe()``) where it searches one."""
     tags = {"version": version("ragscale"), **git_state()}
+    if corpus:
+        tags["corpus_sha256"] = corpus["sha256"]
     tags.update({f"versions.{package}": version(package) for package in PACKAGES})
     tags.update(machine())
     models = (
@@ -118,8 +121,12 @@ def provenance_tags(config: RunConfig) -> dict[str, str]:
 
 def data_files(config: RunConfig) -> dict[str, Path]:
     """The dataset files a run of ``config`` reads, by the MLflow dataset context they serve: the training file
-    (demonstrations, and paragraphs of the corpus searched) and the evaluation file."""
+    (demonstrations), the evaluation file, and a corpus given as a file."""
+    from ragscale.data.corpora import is_corpus_file
+
     files = {"train": config.train_path, "eval": config.eval_path}
+    if is_corpus_file(config.corpus):
+        files["corpus"] = Path(config.corpus)
     return {context: path for context, path in files.items() if path.is_file()}
 
 

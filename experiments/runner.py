@@ -4,12 +4,13 @@ One concept in one file: one run, from its inputs to its MLflow record, and the 
 
 ``run_experiment(config)`` does, in order: load the train and eval examples (a bad file fails before any model
 loads); load the LM (an unknown name fails before anything expensive); check that the method's longest prompt fits
-the LM's window; find an unfinished run of the same configuration and data to resume (``resume.py``), else open a
-new one; build the corpus from the paragraphs of the questions of this run (the compile subset of train plus the
-eval subset, a distractor-setting pool) and its retriever (index cached under ``<runs_dir>/indexes``); build the
-program; compile it on train with the configured teleprompter and save it as JSON (a resumed run loads the one it
-saved); evaluate the questions not yet answered (``evaluate.py``); then log the summary, the predictions table,
-the compiled program and the config to MLflow.
+the LM's window; read the corpus the config names (``data/corpora.py``: by default every paragraph of the dataset,
+the same whatever the limits); find an unfinished run of the same configuration, data and corpus to resume
+(``resume.py``), else open a new one; build the corpus's retriever (indexes under ``<runs_dir>/indexes``, named by
+the corpus's digest and shared by every run that searches it); build the program; compile it on train with the
+configured teleprompter and save it as JSON (a resumed run loads the one it saved); evaluate the questions not yet
+answered (``evaluate.py``); then log the summary, the predictions table, the compiled program and the config to
+MLflow.
 
 How a run ends: FINISHED; FAILED when it raises, or when more than ``max_failed`` of its questions failed
 (``RunFailedError``, so that a run whose server was down is not read as a result); KILLED when Ctrl-C or SIGTERM stops
@@ -31,6 +32,7 @@ from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, evaluate, summarize, write_tables
 from ragscale.experiments.files import exclusive, slug, write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
+from ragscale.experiments.inputs import CLOSED_BOOK
 from ragscale.experiments.provenance import data_files, provenance_tags
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.traces import tracing
@@ -101,18 +103,38 @@ def load_examples(config: RunConfig, given: tuple[Sequence, Sequence] | None = N
     return list(train)[: config.train_limit], list(evalset)[: config.limit]
 
 
-def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence):
-    """The config's retriever over the paragraphs of ``train`` and ``evalset`` (index cached under
-    ``<runs_dir>/indexes``). Runs on one runs directory build their indexes one at a time, so two runs over the same
-    corpus embed it once (the second finds it built) and never write one chromadb store together."""
-    from ragscale.data import build_corpus
+def corpus_for(config: RunConfig, train: Sequence, evalset: Sequence):
+    """The corpus the config names (``data.corpora``), with an evaluation file's own paragraphs added; a corpus
+    that cannot be read is a ConfigError naming it."""
+    from ragscale.data.corpora import CorpusError, load_corpus
+
+    try:
+        corpus = load_corpus(config.corpus, config.data_dir, questions=[*train, *evalset])
+    except CorpusError as exc:
+        raise ConfigError(f"--corpus: {exc}") from exc
+    return corpus.with_paragraphs(evalset) if config.eval_file is not None else corpus
+
+
+def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence, *, corpus=None, progress=False):
+    """The config's retriever over its corpus (``corpus``, else ``corpus_for``), whose ``corpus`` attribute says
+    which (``Corpus.describe()``). Its indexes live under ``<runs_dir>/indexes``, named by the corpus's digest, so
+    every run, dataset and sweep that searches one corpus shares them. Runs on one runs directory build their
+    indexes one at a time, so two runs over the same corpus embed it once (the second finds it built) and never
+    write one chromadb store together. ``progress`` draws a bar while an index is built."""
     from ragscale.programs.retrieval import build_retriever
 
-    corpus = build_corpus([*train, *evalset])
+    if corpus is None:
+        corpus = corpus_for(config, train, evalset)
     index_dir = config.runs_dir / "indexes"
-    log.info("indexing %d passages (%s; cached under %s)", len(corpus), config.retriever, index_dir)
+    log.info("corpus %s: %d passages, sha256 %s (%s index under %s)", corpus.name, len(corpus), corpus.sha256,
+             config.retriever, index_dir)  # fmt: skip
     with exclusive(index_dir / "build.lock"):
-        return build_retriever(corpus, kind=config.retriever, index_dir=index_dir, chroma_url=config.chroma_url)
+        retriever = build_retriever(
+            corpus.passages, kind=config.retriever, index_dir=index_dir, chroma_url=config.chroma_url,
+            key=corpus.key, progress=progress,
+        )  # fmt: skip
+    retriever.corpus = corpus.describe()
+    return retriever
 
 
 def build_program_for(config: RunConfig, retriever):
@@ -149,6 +171,14 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         **common,
     )
     return compile_graders(compiled, list(trainset), optimizer=config.optimizer, threads=config.threads, **common)
+
+
+def corpus_params(corpus) -> dict[str, str]:
+    """The MLflow params that name a run's corpus beside ``corpus`` (the name it was asked by): its passages and
+    its sha256; none for a run that retrieves nothing."""
+    if not corpus:
+        return {}
+    return {"corpus_passages": str(corpus["passages"]), "corpus_sha256": corpus["sha256"]}
 
 
 def default_run_name(config: RunConfig) -> str:
@@ -209,8 +239,12 @@ def run_experiment(
             fits_context(build_program_for(config, None), lm, adapter, [*train, *evalset])
     load_s = time.perf_counter() - start
 
-    key = config_key(config, data_fingerprint(train, evalset), program=compiled, retriever=retriever)
-    produced_by = provenance_tags(config)  # before the lock: it may hash a model file
+    corpus = None
+    if retriever is None and config.method != CLOSED_BOOK:  # read now: the run's key names the corpus
+        corpus = corpus_for(config, train, evalset)
+    searched = corpus.describe() if corpus is not None else getattr(retriever, "corpus", None)
+    key = config_key(config, data_fingerprint(train, evalset), program=compiled, retriever=retriever, corpus=searched)
+    produced_by = provenance_tags(config, corpus=searched)  # before the lock: it may hash a model file
     with exclusive(config.runs_dir / "runs.lock"):  # one step: two processes never take over the same run
         found = None if fresh else resume.find_resumable(config.runs_dir, key)
         if found is not None:
@@ -222,7 +256,7 @@ def run_experiment(
             run_id = tracking.start_run(
                 config.runs_dir,
                 run_name=config.run_name or default_run_name(config),
-                params=config.to_params(),
+                params={**config.to_params(), **corpus_params(searched)},
                 parent_run_id=parent_run_id,
                 tags={
                     "method": config.method,
@@ -243,8 +277,8 @@ def run_experiment(
         if found is not None:
             log.info("resuming run %s: %d of %d questions already answered", run_id, len(done), len(evalset))
         index_start = time.perf_counter()
-        if retriever is None and config.method != "closed-book":
-            retriever = build_retriever_for(config, train, evalset)
+        if corpus is not None:
+            retriever = build_retriever_for(config, train, evalset, corpus=corpus, progress=progress)
         index_s = time.perf_counter() - index_start
 
         with dspy.context(lm=lm, adapter=adapter):
@@ -301,6 +335,7 @@ def run_experiment(
             compile_usage=cost,
             weights_bytes=local_weight_bytes(lm),
             resumed=len(done),
+            corpus=searched,
         )
         write_json(work / "summary.json", summary, indent=2)
         (work / "config.toml").write_text(config.to_toml(), encoding="utf-8")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.experiments.config import CORPUS_HELP, ConfigError, RunConfig
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 
@@ -83,6 +83,7 @@ def add_run(subparsers) -> None:
     )
     run.add_argument("--eval-file", dest="eval_file", type=Path, help="evaluate on this JSONL instead of dev.jsonl")
     run.add_argument("--retriever", choices=RETRIEVERS, help="default: hybrid (dense + BM25, RRF)")
+    run.add_argument("--corpus", help=CORPUS_HELP)
     run.add_argument("--chroma-url", dest="chroma_url", help="a chromadb server (default: embedded, under runs/)")
     run.add_argument("--runs-dir", dest="runs_dir", type=Path, help="MLflow store, indexes, artifacts (default: runs)")
     run.add_argument("--threads", type=int, help="questions answered in parallel (default: 4)")

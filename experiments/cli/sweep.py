@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.experiments.config import CORPUS_HELP, ConfigError, RunConfig
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 from ragscale.experiments.sweep.grid import (
@@ -57,6 +57,8 @@ def add_sweep(subparsers) -> None:
         "--docs-per-demo", dest="docs_per_demo", type=int, help="documents per demonstration (default: k, the paper's)"
     )
     sweep.add_argument("--retriever", choices=RETRIEVERS, default="hybrid")
+    sweep.add_argument("--corpus", help=CORPUS_HELP)
+    sweep.add_argument("--chroma-url", dest="chroma_url", help="a chromadb server (default: embedded, under runs/)")
     sweep.add_argument("--data-dir", dest="data_dir", type=Path)
     sweep.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
     sweep.add_argument("--threads", type=int, default=4)
@@ -88,6 +90,8 @@ def _grid_and_base(args) -> tuple[Grid, RunConfig]:
         api_base=args.api_base,
         adapter=args.adapter,
         retriever=args.retriever,
+        corpus=args.corpus,
+        chroma_url=args.chroma_url,
         limit=args.limit,
         train_limit=args.train_limit,
         data_dir=args.data_dir,
@@ -139,15 +143,20 @@ def add_allocate(subparsers) -> None:
     allocate_cmd.add_argument("--budget", required=True, help="effective-context budget, e.g. 8k")
     allocate_cmd.add_argument("--dataset", required=True, choices=list(DATASETS))
     allocate_cmd.add_argument("--lm", default=DEFAULT_LM, help="the LM the sweep ran with")
+    allocate_cmd.add_argument("--corpus", help="the corpus the sweep searched (default: the dataset's)")
     allocate_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
     allocate_cmd.set_defaults(func=cmd_allocate)
 
 
 def cmd_allocate(args: argparse.Namespace) -> int:
+    from ragscale.data.corpora import is_corpus_file
     from ragscale.experiments.sweep.ledger import sweep_dir_for
     from ragscale.experiments.sweep.run import allocate
 
-    sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm)
+    corpus = args.corpus
+    if corpus is not None and is_corpus_file(corpus):
+        corpus = str(Path(corpus).expanduser().resolve())
+    sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm, corpus)
     choice = allocate(sweep_dir, parse_size(args.budget))
     print(json.dumps(choice, indent=2))
     return 0

@@ -36,9 +36,13 @@ ROW_FIELDS = (
 )  # fmt: skip
 
 
-def sweep_dir_for(runs_dir: Path, dataset: str, lm: str) -> Path:
-    """Where a sweep of ``dataset`` with ``lm`` keeps its ledger, results, plot and allocation model."""
-    return Path(runs_dir).resolve() / "sweeps" / f"{dataset}-{slug(lm)}"
+def sweep_dir_for(runs_dir: Path, dataset: str, lm: str, corpus: str | None = None) -> Path:
+    """Where a sweep of ``dataset`` with ``lm`` keeps its ledger, results, plot and allocation model; a sweep that
+    searches another corpus than the dataset's own (``--corpus``) has a folder of its own."""
+    name = f"{dataset}-{slug(lm)}"
+    if corpus is not None and corpus != dataset:
+        name += f"-{slug(Path(corpus).stem)}"
+    return Path(runs_dir).resolve() / "sweeps" / name
 
 
 def load_ledger(sweep_dir: Path) -> dict[str, dict]:

@@ -31,6 +31,7 @@ from ragscale.experiments.runner import (
     build_program_for,
     build_retriever_for,
     compile_for,
+    corpus_for,
     load_examples,
     load_lm_for,
     run_experiment,
@@ -111,21 +112,23 @@ def _setup(
     retriever=None,
     speed: Speed | None = None,
     index: bool = True,
+    progress: bool = False,
 ) -> _Setup:
     """Load what a sweep needs. ``index`` builds the configured retriever (cached under ``<runs_dir>/indexes``) so
-    that the estimates count the documents it really retrieves; without it (a plan alone) an in-memory BM25 over
-    the same corpus stands in, which takes well under a second."""
+    that the estimates count the documents it really retrieves; without it (a plan alone) an in-memory BM25 over the
+    same corpus stands in, which builds in seconds."""
     if lm is None:
         lm = load_lm_for(base)
     train, evalset = load_examples(base, examples)
     if retriever is None and any(m != BASELINE for m in grid.methods):
         if index:
-            retriever = build_retriever_for(base, train, evalset)
+            retriever = build_retriever_for(base, train, evalset, progress=progress)
         else:
-            from ragscale.data import build_corpus
             from ragscale.programs.retrieval import BM25Retriever
 
-            retriever = BM25Retriever(build_corpus([*train, *evalset]))
+            corpus = corpus_for(base, train, evalset)
+            retriever = BM25Retriever(corpus.passages, key=corpus.key)
+            retriever.corpus = corpus.describe()
     ledger = load_ledger(sweep_dir)
     tracked = mlflow_rows(base.runs_dir)
     if speed is None:
@@ -213,8 +216,8 @@ def run_sweep(
     from ragscale.optimizers.context import ContextWindowError
     from ragscale.optimizers.demos import cap_demos
 
-    sweep_dir = sweep_dir or sweep_dir_for(base.runs_dir, base.dataset, base.lm)
-    got = _setup(grid, base, sweep_dir, lm=lm, examples=examples, retriever=retriever, speed=speed)
+    sweep_dir = sweep_dir or sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
+    got = _setup(grid, base, sweep_dir, lm=lm, examples=examples, retriever=retriever, speed=speed, progress=progress)
     lm, train, evalset, ledger, tracked = got.lm, got.train, got.evalset, got.ledger, got.tracked
     planner = Planner.for_run(base, lm, train, evalset, retriever=got.retriever, speed=got.speed)
     planned = plan(
@@ -370,7 +373,7 @@ def plan_only(
     if lm is None:
         lm = load_lm_for(base)
     load_s = time.perf_counter() - start
-    sweep_dir = sweep_dir_for(base.runs_dir, base.dataset, base.lm)
+    sweep_dir = sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
     got = _setup(grid, base, sweep_dir, lm=lm, index=False)
     planned = plan(
         grid, base, lm=lm, train=got.train, evalset=got.evalset, ledger=got.ledger, speed=got.speed,

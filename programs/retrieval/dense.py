@@ -4,10 +4,11 @@ chromadb's default embedding function downloads an ONNX model, so it is never us
 ``embeddings=`` on add and ``query_embeddings=`` on query, and the collection is created with
 ``embedding_function=None``.
 
-The collection name is ``ragscale-<hash>`` where the hash covers the corpus (ids, titles, texts) and the
-embedder name, so a changed corpus or embedder gets a new collection. Indexing is incremental and resumable:
-on open the retriever asks the collection which ids it already holds, then embeds and adds only the missing
-passages, batch by batch, so a build killed halfway is completed by the next run without re-embedding.
+The collection name is ``ragscale-<corpus key>-<hash>``: the corpus's key (its digest when the caller has one, else
+a hash of its ids, titles and texts) and a hash of the embedder's name, so a changed corpus or embedder gets a new
+collection. Indexing is incremental and resumable: on open the retriever asks the collection how many passages it
+holds and, when that is fewer than the corpus, which; it then embeds and adds only the missing passages, batch by
+batch, so a build killed halfway is completed by the next run without re-embedding.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ragscale.programs.retrieval.embedder import MiniLMEmbedder, get_embedder
-from ragscale.programs.retrieval.passage import Passage, corpus_key, corpus_passages, format_passage
+from ragscale.programs.retrieval.passage import (
+    Passage,
+    corpus_key,
+    corpus_passages,
+    format_passage,
+    index_key,
+    progress_bar,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +64,8 @@ class DenseRetriever:
         chroma_url: use a chromadb server (``chroma run``) at this URL instead of the embedded store.
         batch_size: passages embedded and added per step; each step is durable, which makes a build resumable.
         build: index missing passages now (default); with ``False`` call ``build()`` yourself.
+        key: the corpus's digest (``data.corpora.Corpus.key``); without it the passages are hashed here.
+        progress: draw a progress bar (passages/s, ETA) while embedding.
 
     The text embedded for a passage is what a program reads of it (``format_passage``); ``score`` is the cosine
     similarity.
@@ -70,6 +80,8 @@ class DenseRetriever:
         chroma_url: str | None = None,
         batch_size: int = 512,
         build: bool = True,
+        key: str | None = None,
+        progress: bool = False,
     ) -> None:
         self.passages = corpus_passages(corpus)
         if not self.passages:
@@ -77,7 +89,8 @@ class DenseRetriever:
         self.by_id = {p.id: p for p in self.passages}
         self.embedder = get_embedder(embedder)
         self.batch_size = batch_size
-        self.collection_name = f"ragscale-{corpus_key(self.passages, 'dense', self.embedder.name)}"
+        base = key if key is not None else corpus_key(self.passages)
+        self.collection_name = f"ragscale-{index_key(base, 'dense', self.embedder.name)}"
         self.client = chroma_client(index_dir, chroma_url)
         self.collection = self.client.get_or_create_collection(
             self.collection_name,
@@ -86,10 +99,12 @@ class DenseRetriever:
             embedding_function=None,
         )
         if build:
-            self.build()
+            self.build(show_progress=progress)
 
     def missing_ids(self) -> list[str]:
-        """Corpus ids not yet in the collection, in corpus order."""
+        """Corpus ids not yet in the collection, in corpus order (none, at once, when it holds them all)."""
+        if self.collection.count() >= len(self.passages):
+            return []
         present: set[str] = set()
         page = 5000
         offset = 0
@@ -101,10 +116,10 @@ class DenseRetriever:
             offset += page
         return [p.id for p in self.passages if p.id not in present]
 
-    def build(self, progress: Callable[[int, int], None] | None = None) -> int:
+    def build(self, progress: Callable[[int, int], None] | None = None, *, show_progress: bool = False) -> int:
         """Embed and add the passages missing from the collection; returns how many were added.
 
-        ``progress(done, total)`` is called after each batch (the runner may draw a bar with it).
+        ``progress(done, total)`` is called after each batch; ``show_progress`` draws a bar (passages/s, ETA).
         """
         missing = self.missing_ids()
         # Shortest first: each embedding batch then holds passages of similar length (little padding), as in
@@ -114,6 +129,7 @@ class DenseRetriever:
         if total:
             logger.info("indexing %d of %d passages into %s", total, len(self.passages), self.collection_name)
         started = time.perf_counter()
+        bar = progress_bar(total, "dense index", show_progress and total > 0)
         for start in range(0, total, self.batch_size):
             batch = [self.by_id[i] for i in missing[start : start + self.batch_size]]
             vectors = self.embedder.embed([format_passage(p) for p in batch])
@@ -124,6 +140,10 @@ class DenseRetriever:
             )
             if progress is not None:
                 progress(start + len(batch), total)
+            if bar is not None:
+                bar.update(len(batch))
+        if bar is not None:
+            bar.close()
         if total:
             logger.info("indexed %d passages in %.1f s", total, time.perf_counter() - started)
         return total

@@ -84,17 +84,22 @@ def build_retriever(
     index_dir: Path,
     embedder: str | MiniLMEmbedder = "minilm",
     chroma_url: str | None = None,
+    key: str | None = None,
+    progress: bool = False,
 ) -> Retriever:
     """A ready retriever over ``corpus`` (entries ``{"id", "title", "text"}``), its indexes under ``index_dir``.
 
     ``kind`` is one of ``RETRIEVERS``: "dense" (chromadb, or the server at ``chroma_url``), "bm25" or "hybrid".
-    Missing passages are indexed now; an existing index for the same corpus and embedder is reused.
+    Missing passages are indexed now; an existing index for the same corpus (``key``, its digest, names it) and
+    embedder is reused. ``progress`` draws a bar while an index is built.
     """
     if kind not in RETRIEVERS:
         raise ValueError(f"unknown retriever kind {kind!r}; valid kinds: {', '.join(RETRIEVERS)}")
     if kind == "bm25":
-        return BM25Retriever(corpus, index_dir=index_dir)
-    dense = DenseRetriever(corpus, index_dir=index_dir, embedder=embedder, chroma_url=chroma_url)
+        return BM25Retriever(corpus, index_dir=index_dir, key=key, progress=progress)
+    dense = DenseRetriever(
+        corpus, index_dir=index_dir, embedder=embedder, chroma_url=chroma_url, key=key, progress=progress
+    )
     if kind == "dense":
         return dense
-    return HybridRetriever(dense, BM25Retriever(corpus, index_dir=index_dir))
+    return HybridRetriever(dense, BM25Retriever(corpus, index_dir=index_dir, key=key, progress=progress))

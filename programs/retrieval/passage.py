@@ -96,10 +96,8 @@ def corpus_passages(corpus: Sequence[Mapping]) -> list[Passage]:
 
 
 def corpus_key(passages: Sequence[Passage], *parts: str) -> str:
-    """A short hash naming an index: the passages (id, title and text, in id order) plus extra ``parts``.
-
-    A changed corpus, or a changed part such as the embedder name, gives a new key and so a new index.
-    """
+    """A short hash naming a corpus given without its digest: the passages (id, title and text, in id order)
+    plus extra ``parts``. A changed corpus, or a changed part, gives a new key."""
     import hashlib
 
     digest = hashlib.sha256()
@@ -109,3 +107,20 @@ def corpus_key(passages: Sequence[Passage], *parts: str) -> str:
         for field in (passage.id, passage.title, passage.text):
             digest.update(field.encode("utf-8") + b"\0")
     return digest.hexdigest()[:16]
+
+
+def index_key(corpus: str, *parts: str) -> str:
+    """The name of one index over a corpus: the corpus's key followed by a short hash of what else decides the
+    index (the retriever, the tokenizer or the embedder), so every index of a corpus starts with its key."""
+    import hashlib
+
+    return f"{corpus}-{hashlib.sha256(chr(0).join(parts).encode('utf-8')).hexdigest()[:8]}"
+
+
+def progress_bar(total: int, desc: str, show: bool = True):
+    """A tqdm bar counting passages, with passages/s and the ETA; None when not ``show``n."""
+    if not show:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="passage", unit_scale=True, dynamic_ncols=True)

@@ -59,9 +59,11 @@ def test_the_bootstrap_is_reproducible_with_its_seed():
     assert paired_bootstrap(a, b, seed=7) == paired_bootstrap(a, b, seed=7)
 
 
-def run_result(run_id, method, pattern, start, dataset="hotpotqa"):
+def run_result(run_id, method, pattern, start, dataset="hotpotqa", corpus_sha256=""):
     em = scores(pattern)
     return RunResult(
+        corpus="hotpotqa" if corpus_sha256 else "",
+        corpus_sha256=corpus_sha256,
         run_id=run_id,
         run_name=f"{method}-run",
         method=method,
@@ -86,6 +88,21 @@ def test_compare_defaults_to_the_closed_book_baseline_of_each_dataset():
     assert rows["bbb222"]["em_diff"].excludes_zero()
     table = format_table(list(rows.values()))
     assert "baseline" in table and "+83.3" in table
+
+
+def test_runs_on_different_corpora_are_never_paired_and_each_keeps_its_latest_row():
+    runs = [
+        run_result("closed", "closed-book", "0" * 20, 1),
+        run_result("own", "rag", "1" * 20, 2, corpus_sha256="a" * 64),
+        run_result("pool", "rag", "1" * 10 + "0" * 10, 3, corpus_sha256="b" * 64),
+    ]
+    rows = {row["run_id"]: row for row in compare_runs(runs, resamples=200)}
+    assert set(rows) == {"closed", "own", "pool"}  # the same method on two corpora is two rows
+    assert rows["own"]["baseline_run_id"] == rows["pool"]["baseline_run_id"] == "closed"  # searches none: pairs
+    fixed = {row["run_id"]: row for row in compare_runs(runs, baseline="own", resamples=200)}
+    assert fixed["pool"]["baseline_run_id"] is None and fixed["pool"]["em_diff"] is None
+    assert fixed["closed"]["em_diff"] is not None
+    assert "hotpotqa (aaaaaaaa)" in format_table(list(fixed.values()))
 
 
 def test_a_given_baseline_is_found_by_id_prefix_and_an_unknown_one_lists_the_runs():

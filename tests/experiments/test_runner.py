@@ -11,7 +11,8 @@ from doubles import SCRIPT, scripted_lm
 from ragscale.experiments import tracking
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, SUMMARY_KEYS
-from ragscale.experiments.runner import run_experiment
+from ragscale.experiments.provenance import PREFIX
+from ragscale.experiments.runner import corpus_params, run_experiment
 from ragscale.programs import PROGRAMS
 
 
@@ -44,7 +45,8 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     client = tracking.client(cfg.runs_dir)
     run = client.get_run(summary["mlflow_run_id"])
     assert run.info.status == "FINISHED"
-    assert run.data.params == cfg.to_params()
+    assert run.data.params == {**cfg.to_params(), **corpus_params(summary["corpus"])}
+    assert run.data.params["corpus_sha256"] == summary["corpus"]["sha256"] == run.data.tags[PREFIX + "corpus_sha256"]
     assert run.data.params["method"] == "drag" and run.data.params["max_demos"] == "2"
     for metric in (
         "em",
@@ -62,6 +64,29 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {PREDICTIONS, "predictions.csv", "predictions.md", "program.json", "config.toml"} <= artifacts
     assert str(Path(run.info.artifact_uri.removeprefix("file://")).resolve()).startswith(str(cfg.runs_dir))
+
+
+def test_runs_of_a_dataset_with_different_limits_search_one_corpus_and_share_its_index(tmp_path, data_dir):
+    few = run_experiment(config(tmp_path, data_dir, limit=1, train_limit=1), lm=scripted_lm(SCRIPT), progress=False)
+    indexes = {path.name for path in (tmp_path / "runs" / "indexes" / "bm25").iterdir()}
+    many = run_experiment(config(tmp_path, data_dir, limit=3), lm=scripted_lm(SCRIPT), progress=False)
+    assert few["corpus"] == many["corpus"] and few["corpus"]["name"] == "hotpotqa"
+    assert {path.name for path in (tmp_path / "runs" / "indexes" / "bm25").iterdir()} == indexes
+    assert [name.split("-")[0] for name in indexes] == [few["corpus"]["sha256"][:16]]
+
+
+def test_a_run_on_another_corpus_is_a_new_run_not_a_resumed_one(tmp_path, data_dir):
+    own = run_experiment(config(tmp_path, data_dir, limit=1, train_limit=1), lm=scripted_lm(SCRIPT), progress=False)
+    cfg = config(tmp_path, data_dir, limit=1, train_limit=1, corpus="questions")
+    pool = run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
+    assert pool["corpus"]["name"] == "questions" and pool["corpus"]["sha256"] != own["corpus"]["sha256"]
+    assert pool["mlflow_run_id"] != own["mlflow_run_id"] and pool["resumed"] == 0
+
+
+def test_a_closed_book_run_searches_no_corpus(tmp_path, data_dir):
+    summary = run_experiment(config(tmp_path, data_dir, method="closed-book"), lm=scripted_lm(SCRIPT), progress=False)
+    assert summary["corpus"] is None
+    assert not (tmp_path / "runs" / "indexes").exists()
 
 
 def test_the_logged_config_and_program_rerun_and_reload(tmp_path, data_dir):

@@ -92,6 +92,7 @@ def rag_run(runs: Path) -> list[str]:
     return [
         sys.executable, "-c", MAIN, "run", "--method", "rag", "--dataset", "hotpotqa", "--lm", "smollm2-135m",
         "--limit", "2", "--train-limit", "2", "--threads", "2", "--no-cache", "--no-progress", "--runs-dir", str(runs),
+        "--corpus", "questions",
     ]  # fmt: skip
 
 

@@ -102,11 +102,12 @@ def test_a_record_missing_a_field_is_refused_naming_the_file_the_line_and_the_fi
     assert f"{path}, line 2" in err and "'answers'" in err and "missing field" in err
 
 
-def test_a_binary_eval_file_is_refused_naming_it(run, tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--eval-file", "--corpus"])
+def test_a_binary_file_is_refused_naming_it_and_its_line(run, tmp_path, capsys, flag):
     path = tmp_path / "weights.jsonl"
     path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary")
-    err = refused(run("--eval-file", str(path)), capsys)
-    assert str(path) in err and "not UTF-8" in err
+    err = refused(run(flag, str(path)), capsys)
+    assert flag in err and f"{path}, line 1" in err and "not UTF-8" in err
 
 
 def test_duplicate_question_ids_are_refused_listing_the_ids_and_their_lines(run, tmp_path, capsys):
@@ -243,6 +244,36 @@ def test_ingest_refuses_an_unwritable_runs_dir(blocked, tmp_path, capsys):
     assert "--runs-dir" in err and str(blocked) in err
 
 
+# the corpus
+
+
+@pytest.mark.parametrize(
+    ("lines", "where"),
+    [
+        (['{"id": "a", "text": "one"}', '{"id": "b", "text": "tw'], "line 2: invalid JSON"),
+        (['{"id": "a", "contents": ""}'], "line 1: field 'contents' is empty"),
+        (['{"id": "a", "text": "x"}', '{"id": "a", "text": "y"}'], "line 2: id 'a' is repeated"),
+        (["", ""], "no passage"),
+    ],
+)
+def test_a_broken_corpus_file_is_refused_naming_the_file_and_line(run, tmp_path, capsys, lines, where):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", lines)
+    err = refused(run("--corpus", str(corpus)), capsys)
+    assert "--corpus" in err and str(corpus) in err and where in err
+
+
+def test_a_missing_corpus_file_is_refused_listing_the_corpus_names(run, tmp_path, capsys):
+    err = refused(run("--corpus", str(tmp_path / "wiki.jsonl")), capsys)
+    assert "wiki.jsonl: no such file" in err and "all, questions" in err
+
+
+def test_a_sweep_refuses_a_broken_corpus_before_the_model_loads(data, tmp_path, capsys):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ['{"id": "a"}'])
+    argv = ["sweep", "--dataset", "hotpotqa", "--lm", "smollm2-135m", "--plan-only", "--corpus", str(corpus)]
+    err = refused([*argv, "--data-dir", str(data), "--runs-dir", str(tmp_path / "runs")], capsys)
+    assert f"{corpus}, line 1" in err
+
+
 # k and the context window
 
 
@@ -252,10 +283,10 @@ def test_a_k_beyond_the_corpus_is_refused_at_once(shared_datasets, tmp_path, cap
     assert "--k 1000000" in err and "passages" in err
 
 
-def test_k_1000_is_refused_too(shared_datasets, tmp_path, capsys):
+def test_k_beyond_the_questions_own_paragraphs_is_refused_with_that_corpus(shared_datasets, tmp_path, capsys):
     argv = ["run", "--method", "rag", "--dataset", "hotpotqa", "--lm", "smollm2-135m", "--limit", "2"]
-    err = refused([*argv, "--k", "1000", "--runs-dir", str(tmp_path / "runs")], capsys)
-    assert "--k 1000" in err
+    err = refused([*argv, "--corpus", "questions", "--k", "1000", "--runs-dir", str(tmp_path / "runs")], capsys)
+    assert "--k 1000" in err and "--corpus questions" in err
 
 
 def test_a_retrieving_method_over_a_dataset_without_passages_is_refused(shared_datasets, tmp_path, capsys):

@@ -83,7 +83,7 @@ def test_a_run_stopped_by_a_signal_resumes_with_the_same_command(tmp_path, signu
 
 def test_two_runs_started_together_on_a_new_runs_directory_both_finish(tmp_path):
     runs = tmp_path / "runs"
-    hybrid = ["--method", "rag", "--retriever", "hybrid"]
+    hybrid = ["--method", "rag", "--retriever", "hybrid", "--corpus", "questions"]
     processes = [
         subprocess.Popen(command(runs, *hybrid, limit=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)

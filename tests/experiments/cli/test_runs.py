@@ -122,10 +122,12 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         "wall_s",
         "peak_rss_gb",
         "weights_gb",
+        "corpus",
         "behaviour",
         "resumed",
         "mlflow_run_id",
     ]
+    assert summary["corpus"] is None  # closed-book searches no corpus
     assert (summary["method"], summary["n"], summary["em"], summary["retrieval_recall"]) == (
         "closed-book",
         2,

@@ -353,10 +353,10 @@ def test_the_allocation_model_is_stored_as_json_and_allocate_reads_it(swept):
 
 def test_configurations_over_the_largest_budget_are_skipped_before_running(tmp_path, smollm2_tokenizer, examples):
     lm = scripted_lm(smollm2_tokenizer)
-    grid = Grid(methods=("drag",), docs=(1, 8), shots=(0,), iterations=(1,), budgets=(1000,), baselines=False)
+    grid = Grid(methods=("drag",), docs=(1, 16), shots=(0,), iterations=(1,), budgets=(1000,), baselines=False)
     result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
     status = {p.point.docs: p.status for p in result.plan}
-    assert status == {1: "run", 8: "over budget"}
+    assert status == {1: "run", 16: "over budget"}
     assert [r["docs"] for r in result.rows] == [1]
 
 

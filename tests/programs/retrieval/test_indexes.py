@@ -103,9 +103,26 @@ def test_bm25_retrieval_finds_the_gold_paragraph_first(corpus, tmp_path):
 
 
 def test_bm25_scores_equal_rank_bm25s_own_scoring(corpus):
+    from rank_bm25 import BM25Okapi
+
     bm25 = BM25Retriever(corpus)
-    for query in (QUESTION, "opera singer wealth Narcissa", "words absent from every passage zzzq"):
-        assert bm25.scores(query).tolist() == pytest.approx(bm25.bm25.get_scores(tokenize(query)).tolist())
+    reference = BM25Okapi([tokenize(f"{p['title']} {p['text']}") for p in corpus])
+    queries = (QUESTION, "opera singer wealth Narcissa", "the the county county", "words absent zzzq")
+    for query in queries:
+        expected = reference.get_scores(tokenize(query)).tolist()
+        assert bm25.scores(query).tolist() == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+
+def test_bm25_floors_the_idf_of_a_term_in_most_passages_as_rank_bm25_does():
+    from rank_bm25 import BM25Okapi
+
+    corpus = [{"id": str(i), "title": f"t{i}", "text": f"common word{i % 4} extra{i}"} for i in range(12)]
+    corpus[0]["text"] = corpus[1]["text"] = "rare word0"
+    reference = BM25Okapi([tokenize(f"{p['title']} {p['text']}") for p in corpus])
+    assert any(value < 0 for value in reference.idf.values()) is False  # floored: BM25Okapi replaced it
+    for query in ("common", "common word1", "rare common"):
+        expected = reference.get_scores(tokenize(query)).tolist()
+        assert BM25Retriever(corpus).scores(query).tolist() == pytest.approx(expected, rel=1e-6, abs=1e-6)
 
 
 def test_the_tokenizer_lowercases_splits_on_non_alphanumerics_and_drops_stopwords():
@@ -177,11 +194,11 @@ def test_a_changed_corpus_gets_a_new_collection(corpus, dense, index_dir):
     assert dense.collection.count() == len(corpus)
 
 
-def test_a_persisted_bm25_index_is_reloaded_from_json_and_answers_the_same(corpus, tmp_path, monkeypatch):
+def test_a_persisted_bm25_index_is_reloaded_from_its_arrays_and_answers_the_same(corpus, tmp_path, monkeypatch):
     from ragscale.programs.retrieval import bm25
 
     built = BM25Retriever(corpus, index_dir=tmp_path)
-    assert built.path.suffix == ".json" and built.path.is_file()
+    assert {path.name for path in built.path.iterdir()} == {"postings.npz", "terms.json"}
 
     def no_tokenizing(text):
         raise AssertionError("a persisted index is read back, not tokenised again")
