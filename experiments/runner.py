@@ -234,14 +234,15 @@ def run_experiment(
         check_context = lm is None
     if lm is None:
         lm = load_lm_for(config)
-    if check_context:  # fail before indexing and before a run is opened: the demo-less prompt must fit already
-        with dspy.context(lm=lm, adapter=adapter):
-            fits_context(build_program_for(config, None), lm, adapter, [*train, *evalset])
-    load_s = time.perf_counter() - start
-
     corpus = None
     if retriever is None and config.method != CLOSED_BOOK:  # read now: the run's key names the corpus
         corpus = corpus_for(config, train, evalset)
+    passages = corpus.passages if corpus is not None else None
+    if check_context:  # fail before indexing and before a run is opened: the demo-less prompt must fit already
+        with dspy.context(lm=lm, adapter=adapter):
+            fits_context(build_program_for(config, None), lm, adapter, [*train, *evalset], passages=passages)
+    load_s = time.perf_counter() - start
+
     searched = corpus.describe() if corpus is not None else getattr(retriever, "corpus", None)
     key = config_key(config, data_fingerprint(train, evalset), program=compiled, retriever=retriever, corpus=searched)
     produced_by = provenance_tags(config, corpus=searched)  # before the lock: it may hash a model file
@@ -314,7 +315,7 @@ def run_experiment(
                 program.save(str(work / PROGRAM))
                 resume.save_compile(work, cost)
             if check_context:
-                fits_context(program, lm, adapter, [*train, *evalset])
+                fits_context(program, lm, adapter, [*train, *evalset], passages=passages)
 
             eval_start = time.perf_counter()
             traced = tracing(config.runs_dir, run_id) if config.trace else contextlib.nullcontext()

@@ -142,25 +142,44 @@ def check_fits_context(
     return estimates
 
 
-def fits_context(program, lm, adapter, examples: Sequence, *, percentile: float = 95.0) -> dict[str, int]:
-    """``check_fits_context`` with the longest question of ``examples`` and, for every document slot, a paragraph of
-    the ``percentile``-th length of their paragraphs; raises ``ContextWindowError`` (a ValueError naming the
-    predictor and the counts) when that prompt cannot fit.
+def fits_context(
+    program, lm, adapter, examples: Sequence, *, percentile: float = 95.0, passages: Sequence[Mapping] | None = None
+) -> dict[str, int]:
+    """``check_fits_context`` with the longest question of ``examples`` and, for every document slot, a passage of
+    the length that k passages reach on average at the ``percentile``-th percentile (``typical_document``), k being
+    the most documents a predictor of ``program`` sees; raises ``ContextWindowError`` (a ValueError naming the
+    predictor and the counts) when that prompt cannot fit. The passages are ``passages`` (the corpus searched),
+    else the paragraphs of ``examples``.
 
     Not the longest paragraph: a dataset's longest paragraph can be many times its median, and k copies of it
     would reject configurations whose real prompts fit. The engine refuses a prompt over the window, so a rare
     question that still overflows is recorded as failed and the run goes on.
     """
     question = max((ex.question for ex in examples), key=len, default="")
-    documents = sorted(
-        (
-            format_passage(Passage(id="", title=p["title"], text=p["text"]))
-            for ex in examples
-            for p in (getattr(ex, "paragraphs", None) or [])
-        ),
-        key=len,
-    )
-    document = documents[round(percentile / 100 * (len(documents) - 1))] if documents else ""
+    if passages is None:
+        passages = [p for ex in examples for p in (getattr(ex, "paragraphs", None) or [])]
+    k = max(program.max_documents().values(), default=1)
+    document = typical_document(passages, k, percentile)
     estimates = check_fits_context(program, lm, question=question, document=document, adapter=adapter)
-    logger.info("prompt estimates (tokens, documents at the p%g length): %s", percentile, estimates)
+    logger.info("prompt estimates (tokens, %d documents at the p%g length of their mean): %s", k, percentile, estimates)
     return estimates
+
+
+def typical_document(passages: Sequence[Mapping], k: int, percentile: float = 95.0) -> str:
+    """A formatted passage whose length stands for one of ``k`` passages retrieved together: the shortest passage at
+    least as long as the ``percentile``-th percentile of the mean length of ``k`` passages (the mean length plus
+    z standard deviations over the square root of k, a normal approximation of the mean of k draws), and never
+    longer than the ``percentile``-th percentile of one passage's length. One passage (k = 1) is judged by that
+    percentile itself; 200 passages are judged by about their mean, which is what their sum comes to."""
+    from statistics import NormalDist, fmean, pstdev
+
+    documents = sorted((format_passage(Passage(id="", title=p["title"], text=p["text"])) for p in passages), key=len)
+    if not documents:
+        return ""
+    single = documents[round(percentile / 100 * (len(documents) - 1))]
+    lengths = [len(d) for d in documents]
+    z = NormalDist().inv_cdf(percentile / 100)
+    target = fmean(lengths) + z * pstdev(lengths) / max(1, k) ** 0.5
+    if k <= 1 or target >= len(single):
+        return single
+    return next(d for d in documents if len(d) >= target)

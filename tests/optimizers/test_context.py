@@ -53,3 +53,16 @@ def test_context_check_before_compiling_counts_stand_in_demos_with_their_documen
     without_documents = estimate(RAG(FixedRetriever(), k=2), max_demos=3, max_docs_per_demo=2)
     assert planned["answer"] > bare["answer"] + 3 * 2 * 100
     assert bare["answer"] < without_documents["answer"] < bare["answer"] + 3 * 100
+
+
+def test_many_documents_are_judged_by_the_mean_length_of_k_passages_one_by_its_95th_percentile():
+    from statistics import fmean
+
+    from ragscale.optimizers.context import typical_document
+
+    passages = [{"title": "T", "text": "w" * n} for n in [*range(100, 1100, 10), 5000, 6000, 7000]]
+    one, many = typical_document(passages, 1), typical_document(passages, 200)
+    lengths = sorted(len(f"T: {p['text']}") for p in passages)
+    assert len(one) == lengths[round(0.95 * (len(lengths) - 1))]
+    assert fmean(lengths) <= len(many) < len(one)
+    assert len(typical_document(passages, 5)) > len(many)  # fewer passages, more room for a long one
