@@ -40,7 +40,7 @@ def fixture_corpus() -> list[dict]:
 class CountingEmbedder:
     """The real embedder, counting what it embeds; can fail on a chosen call to simulate a killed build."""
 
-    name = MiniLMEmbedder.name
+    name = MiniLMEmbedder().name
 
     def __init__(self, fail_on_call: int | None = None) -> None:
         self.inner = MiniLMEmbedder()
@@ -89,7 +89,7 @@ def test_the_embedder_runs_packed_linear_layers_on_cpu_with_the_dense_layers_emb
     from ragscale.programs.lm.packed import PackedLinear
 
     texts = [f"{p['title']}: {p['text']}" for p in corpus[:12]]
-    packed, dense = MiniLMEmbedder(), MiniLMEmbedder(pack=False)
+    packed, dense = MiniLMEmbedder(precision="fp32"), MiniLMEmbedder(precision="fp32", pack=False)
     assert any(isinstance(m, PackedLinear) for m in packed._load()[1].modules())
     assert not any(isinstance(m, PackedLinear) for m in dense._load()[1].modules())
     assert np.abs(packed.embed(texts) - dense.embed(texts)).max() < 1e-5
