@@ -32,6 +32,11 @@ from ragscale.programs.retrieval.passage import (
 
 logger = logging.getLogger(__name__)
 
+EF_SEARCH = 300
+"""Candidates the HNSW graph keeps while searching. chromadb's default, 100, misses a share of exact search's top 10
+that grows with the corpus; 300 keeps it small up to a million passages for about a millisecond more a query
+(``benchmarks/retrieval_scale.py`` measures both; ``docs/retrieval.md``)."""
+
 
 def chroma_client(index_dir: Path | None = None, chroma_url: str | None = None) -> Any:
     """A chromadb client: ``HttpClient`` for ``chroma_url`` (``http://host:port``), else a ``PersistentClient``
@@ -94,10 +99,12 @@ class DenseRetriever:
         self.client = chroma_client(index_dir, chroma_url)
         self.collection = self.client.get_or_create_collection(
             self.collection_name,
-            configuration={"hnsw": {"space": "cosine"}},
+            configuration={"hnsw": {"space": "cosine", "ef_search": EF_SEARCH}},
             metadata={"embedder": self.embedder.name, "passages": len(self.passages)},
             embedding_function=None,
         )
+        if (self.collection.configuration.get("hnsw") or {}).get("ef_search") != EF_SEARCH:
+            self.collection.modify(configuration={"hnsw": {"ef_search": EF_SEARCH}})  # a collection made before
         if build:
             self.build(show_progress=progress)
 
