@@ -34,16 +34,19 @@ class Cells:
 
     def __init__(self, *, lm: str, teacher: str | None, limit: int, train_limit: int, out_dir: Path,
                  threads: int = 8, gepa_budget: str | None = None, prefix: str = "cell",
-                 api_base: str | None = None, runs_dir: Path | None = None):  # fmt: skip
+                 api_base: str | None = None, runs_dir: Path | None = None, corpus: str | None = None):  # fmt: skip
         self.lm_name, self.teacher_name, self.limit, self.train_limit = lm, teacher, limit, train_limit
         self.api_base = api_base  # the server of the student (an openai/<model>); the teacher is local
         self.out_dir, self.threads, self.gepa_budget, self.prefix = out_dir, threads, gepa_budget, prefix
         self.runs_dir = runs_dir or out_dir.parent
+        self.corpus = corpus  # --corpus of every cell; None: each dataset's own
         self._lms: dict[tuple[str, int | None, str | None], object] = {}
         out_dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, dataset: str, row: str, optimizer: str) -> Path:
-        return self.out_dir / f"{dataset}__{row}__{optimizer}__n{self.limit}.json"
+        """The cell's file; a corpus other than ``questions`` (the setting of the committed cells) is in its name."""
+        corpus = "" if self.corpus == "questions" else f"__{Path(self.corpus or dataset).stem}"
+        return self.out_dir / f"{dataset}__{row}__{optimizer}__n{self.limit}{corpus}.json"
 
     def done(self, dataset: str, row: str, optimizer: str) -> dict | None:
         path = self.path(dataset, row, optimizer)
@@ -83,6 +86,7 @@ class Cells:
             max_docs_per_demo=3,
             limit=self.limit,
             train_limit=self.train_limit,
+            corpus=self.corpus,
             runs_dir=self.runs_dir,
             threads=self.threads,
             cache=False,  # questions per minute of this run, not of an earlier run's cached calls

@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--teacher", default="qwen2.5-coder-1.5b", help="runs the teacher program when compiling")
     parser.add_argument("--cells", help="comma-separated row:optimizer cells to run (default: all, in order)")
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument(
+        "--corpus", help="every cell's --corpus (default: each dataset's own; the docs' cells: questions)"
+    )
     parser.add_argument("--out-dir", type=Path, default=Path("runs/faithful"))
     parser.add_argument("--gepa-budget", default="light", help="GEPA cells: light, medium, heavy or N metric calls")
     parser.add_argument("--json", type=Path, help="write every summary and comparison as one JSON file")
@@ -125,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         train_limit=args.train_limit,
         out_dir=args.out_dir,
         threads=args.threads,
+        corpus=args.corpus,
         gepa_budget=args.gepa_budget,
         prefix="faithful",
     )

@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimizers", default="none,bootstrap")
     parser.add_argument("--no-oracle", action="store_true", help="leave out the two oracle rows")
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument(
+        "--corpus", help="every cell's --corpus (default: each dataset's own; the docs' cells: questions)"
+    )
     parser.add_argument("--out-dir", type=Path, help="where the cells' JSON goes (default runs/methods-<lm>)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="MLflow's store and the indexes")
     parser.add_argument("--json", type=Path, help="write every summary and comparison as one JSON file")
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         train_limit=args.train_limit,
         out_dir=args.out_dir or args.runs_dir / f"methods-{args.lm.replace('/', '_')}",
         threads=args.threads,
+        corpus=args.corpus,
         prefix="methods",
         api_base=args.api_base,
         runs_dir=args.runs_dir,

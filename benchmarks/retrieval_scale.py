@@ -20,7 +20,8 @@ exact search is the overlap of its top 10 ids with numpy's exact cosine top 10 o
 Each (size, part) runs in a child process, so its peak RSS is its own: ``bm25`` (build, reload, queries), ``dense``
 (build from the cached vectors, queries, exact-search agreement) and ``hybrid`` (both indexes reloaded, queries).
 Query latency is one ``retriever(question, k)`` call's wall time at k = 5, 50 and 200 (dense and hybrid include
-embedding the query). Results go to ``--json`` after every part; a rerun skips the parts it holds.
+embedding the query). Results go to ``--json`` after every part; a rerun skips the parts it holds, and ``--redo``
+measures parts again on the indexes they built (their queries, not their build, which keeps its figures).
 
     python benchmarks/retrieval_scale.py --sizes 10k,100k,1m --json benchmarks/results/retrieval-scale.json
 """
@@ -211,7 +212,8 @@ def run_part(size: int, part: str, root: Path, data_dir: Path | None, asked: lis
             order.append(p["id"])
         started = time.perf_counter()
         dense = DenseRetriever(corpus.passages, index_dir=indexes, embedder=Vectors(embedder, by_text),
-                               key=corpus.key, batch_size=5000)  # fmt: skip
+                               key=corpus.key, batch_size=5000, build=False)  # fmt: skip
+        added = dense.build()
         build_s = time.perf_counter() - started
         by_text.clear()
         dense.embedder = embedder
@@ -221,7 +223,8 @@ def run_part(size: int, part: str, root: Path, data_dir: Path | None, asked: lis
             exact = np.argpartition(-(matrix @ query), 10)[:10]
             agreement.append(len({order[i] for i in exact} & {p.id for p in dense(q["question"], 10)}) / 10)
         result.update(
-            build_s=round(build_s, 1), vectors_added_per_s=round(len(corpus) / build_s) if build_s > 1 else None,
+            build_s=round(build_s, 1) if added else None,
+            vectors_added_per_s=round(added / build_s) if added == len(corpus) else None,
             disk_mb=round(folder_bytes(indexes / "chroma") / 1e6, 1), embedder=timing,
             vectors="real" if size <= len(real_ids) else f"{len(real_ids)} real, the rest synthetic",
             recall10_vs_exact=round(statistics.fmean(agreement), 4), queries=measure(dense, asked),
@@ -287,6 +290,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--work", type=Path, default=Path("runs/retrieval-scale"), help="corpora and indexes")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/retrieval-scale.json"))
+    parser.add_argument(
+        "--redo", default="", help="parts to measure again on their built indexes, keeping the build's own figures"
+    )
     parser.add_argument("--one", nargs=2, metavar=("SIZE", "PART"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     asked = questions(args.data_dir, args.questions)
@@ -311,8 +317,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"corpus of {size:,} passages written in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         done = results["sizes"].setdefault(str(size), {})
         for part in args.parts.split(","):
-            if part in done:
+            if part in done and part not in args.redo.split(","):
                 continue
+            earlier = done.get(part, {})
             load = os.getloadavg()[0]
             command = [sys.executable, __file__, "--one", str(size), part, "--questions", str(args.questions),
                        "--work", str(args.work)]  # fmt: skip
@@ -322,7 +329,9 @@ def main(argv: list[str] | None = None) -> None:
             out = subprocess.run(command, capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 raise SystemExit(f"{size} {part} failed:\n{out.stderr[-3000:]}")
-            done[part] = json.loads(out.stdout.strip().splitlines()[-1])
+            fresh = json.loads(out.stdout.strip().splitlines()[-1])
+            done[part] = {**earlier, **{key: value for key, value in fresh.items() if value is not None}}
+            done[part]["peak_rss_gb"] = max(earlier.get("peak_rss_gb", 0), fresh["peak_rss_gb"])  # the build's too
             done[part].update(wall_s=round(time.perf_counter() - started, 1), load_before=round(load, 2),
                               load_after=round(os.getloadavg()[0], 2))  # fmt: skip
             write_json(args.json, results, indent=2)

@@ -32,10 +32,10 @@ from ragscale.programs.retrieval.passage import (
 
 logger = logging.getLogger(__name__)
 
-EF_SEARCH = 300
+EF_SEARCH = 800
 """Candidates the HNSW graph keeps while searching. chromadb's default, 100, misses a share of exact search's top 10
-that grows with the corpus; 300 keeps it small up to a million passages for about a millisecond more a query
-(``benchmarks/retrieval_scale.py`` measures both; ``docs/retrieval.md``)."""
+that grows with the corpus; 800 keeps exact search's top 10 up to a million passages for a few milliseconds a query
+(``benchmarks/retrieval_scale.py`` measures it; ``docs/retrieval.md``)."""
 
 
 def chroma_client(index_dir: Path | None = None, chroma_url: str | None = None) -> Any:
