@@ -238,3 +238,11 @@ def test_a_chroma_server_given_by_url_serves_the_dense_index(corpus, tmp_path):
         assert retriever.collection.count() == len(corpus)
         assert retriever(QUESTION, 1)[0].title == "Raymond Robertsen"
         assert not (tmp_path / "chroma").exists()
+
+
+def test_a_bm25_build_shows_its_progress_with_passages_per_second_only_when_asked(corpus, capsys):
+    BM25Retriever(corpus)
+    assert capsys.readouterr().err == ""
+    BM25Retriever(corpus, progress=True)
+    err = capsys.readouterr().err
+    assert "BM25 index: 100%" in err and "passage/s" in err  # tqdm: rate and time left
