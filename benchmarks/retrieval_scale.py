@@ -22,6 +22,8 @@ Each (size, part) runs in a child process, so its peak RSS is its own: ``bm25`` 
 Query latency is one ``retriever(question, k)`` call's wall time at k = 5, 50 and 200 (dense and hybrid include
 embedding the query). Results go to ``--json`` after every part; a rerun skips the parts it holds, and ``--redo``
 measures parts again on the indexes they built (their queries, not their build, which keeps its figures).
+``--chroma-url`` runs the dense and hybrid parts through a chroma server (``chroma run``) instead of the embedded
+store, the same ``DenseRetriever`` code, and keeps them apart in the JSON (``chroma_server``).
 
     python benchmarks/retrieval_scale.py --sizes 10k,100k,1m --json benchmarks/results/retrieval-scale.json
 """
@@ -174,7 +176,9 @@ def distractor_vector(pid: str, have: dict, real_ids: list[str], rng):
     return (vector / np.linalg.norm(vector)).astype(np.float32)
 
 
-def run_part(size: int, part: str, root: Path, data_dir: Path | None, asked: list[dict]) -> dict:
+def run_part(
+    size: int, part: str, root: Path, data_dir: Path | None, asked: list[dict], chroma_url: str | None = None
+) -> dict:
     """One (size, part) in this process; see the module docstring."""
     import shutil
 
@@ -212,7 +216,7 @@ def run_part(size: int, part: str, root: Path, data_dir: Path | None, asked: lis
             order.append(p["id"])
         started = time.perf_counter()
         dense = DenseRetriever(corpus.passages, index_dir=indexes, embedder=Vectors(embedder, by_text),
-                               key=corpus.key, batch_size=5000, build=False)  # fmt: skip
+                               key=corpus.key, batch_size=5000, build=False, chroma_url=chroma_url)  # fmt: skip
         added = dense.build()
         build_s = time.perf_counter() - started
         by_text.clear()
@@ -225,14 +229,14 @@ def run_part(size: int, part: str, root: Path, data_dir: Path | None, asked: lis
         result.update(
             build_s=round(build_s, 1) if added else None,
             vectors_added_per_s=round(added / build_s) if added == len(corpus) else None,
-            disk_mb=round(folder_bytes(indexes / "chroma") / 1e6, 1), embedder=timing,
+            disk_mb=None if chroma_url else round(folder_bytes(indexes / "chroma") / 1e6, 1), embedder=timing,
             vectors="real" if size <= len(real_ids) else f"{len(real_ids)} real, the rest synthetic",
             recall10_vs_exact=round(statistics.fmean(agreement), 4), queries=measure(dense, asked),
         )  # fmt: skip
     else:
         started = time.perf_counter()
         bm25 = BM25Retriever(corpus.passages, index_dir=indexes, key=corpus.key)
-        dense = DenseRetriever(corpus.passages, index_dir=indexes, key=corpus.key, build=False)
+        dense = DenseRetriever(corpus.passages, index_dir=indexes, key=corpus.key, build=False, chroma_url=chroma_url)
         if dense.missing_ids():
             raise SystemExit(f"the dense index of {size} passages is not built: run the dense part first")
         result.update(
@@ -257,23 +261,21 @@ def render(results: dict) -> str:
         + " |",
         "|" + "---|" * (7 + 3 * len(KS)),
     ]
-    for size in sorted(results["sizes"], key=int):
-        for part in PARTS:
-            row = results["sizes"][size].get(part)
-            if row is None:
-                continue
-            rate = row.get("passages_per_s") or row.get("vectors_added_per_s") or ""
-            cells = [f"{int(size):,}", part, row.get("build_s", ""), rate, row.get("load_s", ""), row["peak_rss_gb"],
-                     row.get("disk_mb", "")]  # fmt: skip
-            for k in KS:
-                q = row["queries"][f"k{k}"]
-                cells += [f"{q['recall']:.3f}", q["p50_ms"], q["p95_ms"]]
-            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    for size in sorted(results["sizes"], key=int):
-        dense = results["sizes"][size].get("dense")
-        if dense:
+    tables = (("sizes", ""), ("chroma_server", " (chroma server)"))
+    rows = [(size, part + note, row) for name, note in tables for size, parts in results.get(name, {}).items()
+            for part, row in parts.items()]  # fmt: skip
+    for size, part, row in sorted(rows, key=lambda r: (int(r[0]), PARTS.index(r[1].split()[0]), r[1])):
+        rate = row.get("passages_per_s") or row.get("vectors_added_per_s") or ""
+        cells = [f"{int(size):,}", part, row.get("build_s", ""), rate, row.get("load_s", ""), row["peak_rss_gb"],
+                 row.get("disk_mb", "")]  # fmt: skip
+        for k in KS:
+            q = row["queries"][f"k{k}"]
+            cells += [f"{q['recall']:.3f}", q["p50_ms"], q["p95_ms"]]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    for size, part, dense in sorted(rows, key=lambda r: (int(r[0]), r[1])):
+        if part.startswith("dense"):
             lines.append(
-                f"\n{int(size):,} passages, dense: recall@10 against exact search {dense['recall10_vs_exact']:.3f}; "
+                f"\n{int(size):,} passages, {part}: recall@10 against exact search {dense['recall10_vs_exact']:.3f}; "
                 f"vectors: {dense['vectors']}; embedder {dense['embedder'].get('passages_per_s')} passages/s"
             )
     return "\n".join(lines)
@@ -293,12 +295,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--redo", default="", help="parts to measure again on their built indexes, keeping the build's own figures"
     )
+    parser.add_argument(
+        "--chroma-url", help="dense and hybrid parts through this chroma server (results under 'chroma_server')"
+    )
     parser.add_argument("--one", nargs=2, metavar=("SIZE", "PART"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     asked = questions(args.data_dir, args.questions)
     if args.one:
         size, part = int(args.one[0]), args.one[1]
-        print(json.dumps(run_part(size, part, args.work, args.data_dir, asked)))
+        print(json.dumps(run_part(size, part, args.work, args.data_dir, asked, args.chroma_url)))
         return
 
     from ragscale.experiments.files import write_json
@@ -315,7 +320,8 @@ def main(argv: list[str] | None = None) -> None:
             started = time.perf_counter()
             make_corpus(corpus_path, size, args.data_dir, asked)
             print(f"corpus of {size:,} passages written in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-        done = results["sizes"].setdefault(str(size), {})
+        table = results.setdefault("chroma_server", {}) if args.chroma_url else results["sizes"]
+        done = table.setdefault(str(size), {})
         for part in args.parts.split(","):
             if part in done and part not in args.redo.split(","):
                 continue
@@ -325,6 +331,8 @@ def main(argv: list[str] | None = None) -> None:
                        "--work", str(args.work)]  # fmt: skip
             if args.data_dir:
                 command += ["--data-dir", str(args.data_dir)]
+            if args.chroma_url:
+                command += ["--chroma-url", args.chroma_url]
             started = time.perf_counter()
             out = subprocess.run(command, capture_output=True, text=True, check=False)
             if out.returncode != 0:
