@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,10 @@ class DenseRetriever:
             metadata={"embedder": self.embedder.name, "passages": len(self.passages)},
             embedding_function=None,
         )
-        if (self.collection.configuration.get("hnsw") or {}).get("ef_search") != EF_SEARCH:
+        with warnings.catch_warnings():  # chromadb calls a collection without an embedding function "legacy"
+            warnings.filterwarnings("ignore", "legacy embedding function config", DeprecationWarning)
+            hnsw = self.collection.configuration.get("hnsw") or {}
+        if hnsw.get("ef_search") != EF_SEARCH:
             self.collection.modify(configuration={"hnsw": {"ef_search": EF_SEARCH}})  # a collection made before
         if build:
             self.build(show_progress=progress)
