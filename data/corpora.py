@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragscale.data.corpus import passage_id
+from ragscale.data.corpus import build_corpus, passage_id
 from ragscale.data.datasets import DATASETS, SPLITS, DatasetError
 
 POOLED = "all"
@@ -54,14 +54,17 @@ class Corpus:
 
     def add(self, pid: str, title: str, text: str) -> bool:
         """Append a passage unless one with the same title and text is there; True when it was added."""
-        content = passage_id(title, text)
-        if content in self._contents:
+        if passage_id(title, text) in self._contents:
             return False
-        self._contents.add(content)
+        self.append(pid, title, text)
+        return True
+
+    def append(self, pid: str, title: str, text: str) -> None:
+        """Append a passage as it is (a corpus file's passages are kept even when two share a text)."""
+        self._contents.add(passage_id(title, text))
         self.passages.append({"id": pid, "title": title, "text": text})
         for part in (pid, title, text):
             self._digest.update(part.encode("utf-8") + b"\0")
-        return True
 
     @property
     def sha256(self) -> str:
@@ -79,7 +82,7 @@ class Corpus:
     def with_paragraphs(self, examples: Iterable[Any]) -> Corpus:
         """This corpus plus the paragraphs of ``examples`` it does not hold yet (an evaluation file's own)."""
         grown = Corpus(self.name, list(self.passages), self._digest.copy(), set(self._contents))
-        added = sum(grown.add(passage_id(t, x), t, x) for t, x in _paragraphs(examples))
+        added = sum(grown.add(p["id"], p["title"], p["text"]) for p in build_corpus(examples))
         if added:
             grown.name = f"{self.name}+{added}"
         return grown
@@ -88,24 +91,22 @@ class Corpus:
         return len(self.passages)
 
 
-def _paragraphs(examples: Iterable[Any]) -> Iterator[tuple[str, str]]:
-    for example in examples:
-        paragraphs = example["paragraphs"] if isinstance(example, Mapping) else example.paragraphs
-        for paragraph in paragraphs or ():
-            yield paragraph["title"], paragraph["text"]
-
-
 def from_examples(name: str, examples: Iterable[Any]) -> Corpus:
-    """The deduplicated union of ``examples``' paragraphs (``dspy.Example``s or records), in first-seen order."""
+    """The deduplicated union of ``examples``' paragraphs (``build_corpus``), in first-seen order."""
     corpus = Corpus(name, [])
-    for title, text in _paragraphs(examples):
-        corpus.add(passage_id(title, text), title, text)
+    for passage in build_corpus(examples):
+        corpus.append(passage["id"], passage["title"], passage["text"])
     return corpus
 
 
 def is_corpus_file(name: str) -> bool:
     """Whether ``--corpus name`` names a file rather than one of ``CORPORA``."""
     return name not in CORPORA
+
+
+def corpus_name(name: str) -> str:
+    """``--corpus name`` as runs record it: one of ``CORPORA`` as it is, a file as its absolute path."""
+    return str(Path(name).expanduser().resolve()) if is_corpus_file(name) else name
 
 
 _LOADED: dict[tuple, Corpus] = {}
@@ -181,10 +182,7 @@ def read_corpus_file(path: str | Path) -> Corpus:
                         f"id {pid!r} is repeated (first on line {first_line[pid]})", path=path, line=number, field="id"
                     )
                 first_line[pid] = number
-                corpus.passages.append({"id": pid, "title": title, "text": text})
-                for part in (pid, title, text):
-                    corpus._digest.update(part.encode("utf-8") + b"\0")
-                corpus._contents.add(passage_id(title, text))
+                corpus.append(pid, title, text)
     except OSError as error:
         raise CorpusError(f"cannot be read: {error.strerror or error}", path=path) from error
     if not corpus.passages:

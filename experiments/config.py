@@ -143,14 +143,11 @@ class RunConfig:
         object.__setattr__(self, "runs_dir", Path(self.runs_dir).expanduser().resolve())
         if self.eval_file is not None:
             object.__setattr__(self, "eval_file", Path(self.eval_file).expanduser().resolve())
-        from ragscale.data.corpora import is_corpus_file
+        from ragscale.data.corpora import corpus_name
 
-        if self.corpus is None:
-            object.__setattr__(self, "corpus", self.dataset)
-        elif not self.corpus:
+        if self.corpus == "":
             raise ConfigError("corpus must be a corpus name or a JSONL file, got ''")
-        elif is_corpus_file(self.corpus):
-            object.__setattr__(self, "corpus", str(Path(self.corpus).expanduser().resolve()))
+        object.__setattr__(self, "corpus", self.dataset if self.corpus is None else corpus_name(self.corpus))
 
     @property
     def train_path(self) -> Path:

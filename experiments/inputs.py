@@ -94,15 +94,21 @@ def _missing_data(config: RunConfig, missing: list[Path]) -> str:
 def check_k(config: RunConfig, train: list[dict], evalset: list[dict]) -> None:
     """The corpus the run searches can be read (``data.corpora``: every line of a corpus file is checked) and
     holds at least k passages: more can never be retrieved, and a k far beyond the corpus is a typo."""
+    corpus = corpus_for(config, train, evalset)
+    if config.k > len(corpus):
+        raise ConfigError(f"--k {config.k} is more than the {len(corpus)} passages of --corpus {corpus.name}")
+
+
+def corpus_for(config: RunConfig, train, evalset):
+    """The corpus the config names (``data.corpora``), with an evaluation file's own paragraphs added; a corpus
+    that cannot be read is a ConfigError naming it."""
     from ragscale.data.corpora import CorpusError, load_corpus
 
     try:
         corpus = load_corpus(config.corpus, config.data_dir, questions=[*train, *evalset])
     except CorpusError as exc:
         raise ConfigError(f"--corpus: {exc}") from exc
-    passages = len(corpus) + (sum(len(r["paragraphs"]) for r in evalset) if config.eval_file is not None else 0)
-    if config.k > passages:
-        raise ConfigError(f"--k {config.k} is more than the {len(corpus)} passages of --corpus {corpus.name}")
+    return corpus.with_paragraphs(evalset) if config.eval_file is not None else corpus
 
 
 def check_writable_dir(path: Path, flag: str) -> None:

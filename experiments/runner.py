@@ -32,7 +32,7 @@ from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, evaluate, summarize, write_tables
 from ragscale.experiments.files import exclusive, slug, write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
-from ragscale.experiments.inputs import CLOSED_BOOK
+from ragscale.experiments.inputs import CLOSED_BOOK, corpus_for
 from ragscale.experiments.provenance import data_files, provenance_tags
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.traces import tracing
@@ -101,18 +101,6 @@ def load_examples(config: RunConfig, given: tuple[Sequence, Sequence] | None = N
     else:
         train, evalset = given
     return list(train)[: config.train_limit], list(evalset)[: config.limit]
-
-
-def corpus_for(config: RunConfig, train: Sequence, evalset: Sequence):
-    """The corpus the config names (``data.corpora``), with an evaluation file's own paragraphs added; a corpus
-    that cannot be read is a ConfigError naming it."""
-    from ragscale.data.corpora import CorpusError, load_corpus
-
-    try:
-        corpus = load_corpus(config.corpus, config.data_dir, questions=[*train, *evalset])
-    except CorpusError as exc:
-        raise ConfigError(f"--corpus: {exc}") from exc
-    return corpus.with_paragraphs(evalset) if config.eval_file is not None else corpus
 
 
 def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence, *, corpus=None, progress=False):

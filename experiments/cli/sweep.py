@@ -149,13 +149,11 @@ def add_allocate(subparsers) -> None:
 
 
 def cmd_allocate(args: argparse.Namespace) -> int:
-    from ragscale.data.corpora import is_corpus_file
+    from ragscale.data.corpora import corpus_name
     from ragscale.experiments.sweep.ledger import sweep_dir_for
     from ragscale.experiments.sweep.run import allocate
 
-    corpus = args.corpus
-    if corpus is not None and is_corpus_file(corpus):
-        corpus = str(Path(corpus).expanduser().resolve())
+    corpus = corpus_name(args.corpus) if args.corpus is not None else None
     sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm, corpus)
     choice = allocate(sweep_dir, parse_size(args.budget))
     print(json.dumps(choice, indent=2))

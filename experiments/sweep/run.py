@@ -27,11 +27,11 @@ from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
+from ragscale.experiments.inputs import corpus_for
 from ragscale.experiments.runner import (
     build_program_for,
     build_retriever_for,
     compile_for,
-    corpus_for,
     load_examples,
     load_lm_for,
     run_experiment,
