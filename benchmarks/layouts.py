@@ -2,6 +2,9 @@
 
     python benchmarks/layouts.py [--layouts fp32,int8-bf16,bf16,int8] [--lm qwen2.5-coder-0.5b] [--limit 100]
                                  [--out-dir runs/layouts] [--json FILE]
+    python benchmarks/layouts.py --layouts int8-bf16:hf,int8-bf16:compiled   # the decode step's ways
+
+A layout may name the engine's way of decoding after a colon (``step.DECODE_WAYS``; default: the engine's).
 
 Each layout of ``--layouts`` (``programs/lm/layouts.py``; the first is the reference, fp32 by default) answers the
 first ``--limit`` HotpotQA dev questions with uncompiled RAG (hybrid retrieval, k = 5, 4 threads, DSPy's cache
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from ragscale.experiments.files import write_json
@@ -44,11 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from ragscale.programs.lm.models import WEIGHTS
+    from ragscale.programs.lm.step import DECODE_WAYS
 
     layouts = [w.strip() for w in args.layouts.split(",") if w.strip()]
-    unknown = [w for w in layouts if w not in WEIGHTS]
+    unknown = [w for w in layouts if w.split(":")[0] not in WEIGHTS or w.partition(":")[2] not in ("", *DECODE_WAYS)]
     if unknown or len(layouts) < 2:
-        parser.error(f"--layouts: give at least two of {', '.join(WEIGHTS)} (unknown: {unknown})")
+        parser.error(
+            f"--layouts: give at least two of {', '.join(WEIGHTS)}, each with an optional :WAY of "
+            f"{', '.join(DECODE_WAYS)} (unknown: {unknown})"
+        )
 
     from ragscale.experiments.cli import prepare_process
 
@@ -61,15 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = args.out_dir.parent
     summaries = {}
     for layout in layouts:
-        path = args.out_dir / f"{layout}__n{args.limit}.json"
+        path = args.out_dir / f"{layout.replace(':', '-')}__n{args.limit}.json"
         if path.exists():
             summaries[layout] = json.loads(path.read_text(encoding="utf-8"))
             continue
+        weights, _, decode = layout.partition(":")
         config = RunConfig(
-            method="rag", dataset="hotpotqa", lm=args.lm, weights=layout, limit=args.limit, threads=args.threads,
-            cache=False, runs_dir=runs_dir, run_name=f"layouts-{layout}-n{args.limit}",
+            method="rag", dataset="hotpotqa", lm=args.lm, weights=weights, limit=args.limit, threads=args.threads,
+            cache=False, runs_dir=runs_dir, run_name=f"layouts-{layout.replace(':', '-')}-n{args.limit}",
         )  # fmt: skip
+        if decode:
+            os.environ["RAGSCALE_DECODE"] = decode  # read when the engine loads (engine.decode_way)
         summaries[layout] = run_experiment(config, progress=False)
+        os.environ.pop("RAGSCALE_DECODE", None)
         write_json(path, summaries[layout], indent=2)
 
     reference = records(summaries[layouts[0]], runs_dir)

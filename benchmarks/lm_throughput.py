@@ -2,9 +2,11 @@
 
     python benchmarks/lm_throughput.py --model smollm2-135m --limit 16 --json runs/lm_throughput.json
                                        [--weights fp32] [--layouts fp32,int8] [--llama-bench PATH]
+    python benchmarks/lm_throughput.py --layouts int8-bf16:hf,int8-bf16 --llama-bench PATH   # decode step's ways
 
-0. For each weight layout of ``--layouts`` (``programs/lm/layouts.py``), in one run: prefill tokens/s of one
-   512-token prompt and decode tokens/s at 1 and 8 rows; with ``--llama-bench`` (a llama.cpp ``llama-bench``
+0. For each weight layout of ``--layouts`` (``programs/lm/layouts.py``; ``LAYOUT:WAY`` also names how its decode
+   steps run, ``step.DECODE_WAYS``, else the engine's ``auto``), in one run: prefill tokens/s of one 512-token
+   prompt and decode tokens/s at 1 and 8 rows; with ``--llama-bench`` (a llama.cpp ``llama-bench``
    binary, an optional anchor), llama.cpp's prefill (512 tokens) and one-row decode on the same GGUF file, with
    the same number of threads.
 1. Prefill and decode tokens/s of the engine's model (``--weights``) at batch 1, 4 and 8 (512-token HotpotQA
@@ -79,53 +81,102 @@ def short_messages(engine, examples: list[dict]) -> list[list[dict]]:
 def model_speed(
     model, tokenizer, examples: list[dict], batch: int, length: int = 512, steps: int = 32
 ) -> tuple[float, float]:
-    """(prefill, decode) tokens/s of the bare model on ``batch`` rows of ``length`` tokens."""
+    """(prefill, decode) tokens/s of the bare model on ``batch`` rows of ``length`` tokens: the prefill one
+    transformers forward pass into the engine's KV buffers, each decode step the engine's own (``step.Decoder``,
+    the way ``auto`` picks for the model)."""
     import torch
     from transformers import DynamicCache
 
+    from ragscale.programs.lm.kv import BufferLayer
     from ragscale.programs.lm.openmp import release_openmp_threads
 
+    decoder = decoder_for(model)
     text = " ".join(p["text"] for ex in examples for p in ex["paragraphs"])
     ids = tokenizer(text, add_special_tokens=False).input_ids
     rows = torch.tensor([ids[i * length : (i + 1) * length] for i in range(batch)], device=model.device)
+    config = model.config
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    empty = torch.empty((1, config.num_key_value_heads, 0, dim), dtype=model.dtype, device=model.device)
     # a GPU runs its kernels asynchronously: wait for them before each clock is read
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
+        cache = DynamicCache(config=config)
+        cache.layers = [BufferLayer(batch, length + steps + 1, empty, empty) for _ in range(config.num_hidden_layers)]
+        mask = torch.ones((batch, length), dtype=torch.long, device=model.device)
+        positions = torch.full((batch, 1), length, device=model.device)
         sync()
         start = time.perf_counter()
         out = model(input_ids=rows, past_key_values=cache, use_cache=True, logits_to_keep=1)
         sync()
         prefill = time.perf_counter() - start
+        logits = out.logits[:, -1]
         start = time.perf_counter()
         for _ in range(steps):
-            out = model(input_ids=out.logits[:, -1:].argmax(-1), past_key_values=cache, use_cache=True)
+            mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=-1)
+            feed = logits.argmax(-1)[:, None]
+            feed.tolist()  # the engine reads the chosen tokens on the host every step
+            logits = decoder(feed, mask, positions, cache)
+            positions = positions + 1
         sync()
         decode = time.perf_counter() - start
     release_openmp_threads()  # the engine's worker runs the model next; see programs/lm/openmp.py
     return batch * length / prefill, batch * steps / decode
 
 
+_DECODERS: dict = {}
+
+
+def decoder_for(model):
+    """The engine's decoder for ``model`` (its way from ``$RAGSCALE_DECODE`` or ``auto``), made once per model: a
+    compiled step compiles on its first use, in the untimed warm-up."""
+    from ragscale.programs.lm.engine import decode_way
+    from ragscale.programs.lm.step import Decoder
+
+    if id(model) not in _DECODERS:
+        _DECODERS[id(model)] = Decoder(model, decode_way())
+    return _DECODERS[id(model)]
+
+
 def warm_up(model, tokenizer, examples: list[dict], batches) -> None:
     """Run each timed shape once, untimed: the first pass of a shape pays one-time costs (oneDNN builds a kernel
     for it, the allocator maps fresh pages) that made the first layout of a run look up to 1.5x slower."""
+    decoder_for(model).prepare()
     for batch in batches:
         model_speed(model, tokenizer, examples, batch, steps=4)
 
 
 def layout_speeds(model: str, layouts: list[str], examples: list[dict]) -> dict:
-    """Prefill (batch 1) and decode (1 and 8 rows) tokens/s of ``model`` in each weight layout, loaded in turn."""
+    """Prefill (batch 1) and decode (1 and 8 rows) tokens/s of ``model`` in each weight layout, loaded in turn; a
+    layout may name the way its decode steps run after a colon (``int8-bf16:hf``; ``step.DECODE_WAYS``)."""
     from ragscale.programs.lm.models import load_model
+    from ragscale.programs.lm.step import Decoder
 
     out = {}
     for layout in layouts:
-        loaded, tokenizer = load_model(model, weights=layout)
+        weights, _, way = layout.partition(":")
+        loaded, tokenizer = load_model(model, weights=weights)
+        if way:
+            _DECODERS[id(loaded)] = Decoder(loaded, way)
         warm_up(loaded, tokenizer, examples, (1, 8))
         prefill, one = model_speed(loaded, tokenizer, examples, 1)
         _, eight = model_speed(loaded, tokenizer, examples, 8)
-        out[layout] = {"prefill_tok_s": round(prefill, 1), "decode_tok_s": {"1": round(one, 1), "8": round(eight, 1)}}
+        out[layout] = {
+            "prefill_tok_s": round(prefill, 1),
+            "decode_tok_s": {"1": round(one, 1), "8": round(eight, 1)},
+            "decode": decoder_for(loaded).way,
+        }
+        _DECODERS.pop(id(loaded), None)
         del loaded
     return out
+
+
+def device_name(model) -> str:
+    """The GPU's name, or the CPU's model (family and model numbers) where the model runs on the CPU."""
+    import torch
+
+    from ragscale.programs.lm.layouts import cpu_model
+
+    return torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else f"cpu: {cpu_model()}"
 
 
 def llama_bench(binary: Path, model: str, threads: int) -> dict:
@@ -206,9 +257,15 @@ def main(argv: list[str] | None = None) -> dict:
     from ragscale.programs.lm.models import WEIGHTS
 
     layouts = [w.strip() for w in args.layouts.split(",") if w.strip()]
+    from ragscale.programs.lm.step import DECODE_WAYS
+
     for layout in [*layouts, args.weights or "fp32"]:
-        if layout not in WEIGHTS:
-            parser.error(f"unknown weight layout {layout!r}; valid choices: {', '.join(WEIGHTS)}")
+        weights, _, way = layout.partition(":")
+        if weights not in WEIGHTS or way not in ("", *DECODE_WAYS):
+            parser.error(
+                f"unknown weight layout {layout!r}; valid choices: {', '.join(WEIGHTS)}, each with an optional "
+                f":WAY of {', '.join(DECODE_WAYS)}"
+            )
     if args.llama_bench is not None and not args.llama_bench.is_file():
         parser.error(f"--llama-bench {str(args.llama_bench)!r} is not a file")
 
@@ -221,6 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="lm-throughput-dspy-cache-")
     from ragscale.programs.lm import load_lm
+    from ragscale.programs.lm.layouts import cpu_flags
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     if args.torch_threads:
@@ -254,6 +312,11 @@ def main(argv: list[str] | None = None) -> dict:
         "short_questions_per_minute": {str(t): round(v, 2) for t, v in qpm["short"].items()},
         "work": {name: {str(t): run[1] for t, run in by_threads.items()} for name, by_threads in runs.items()},
         "weights": engine.model.weight_layout,
+        "decode": engine.batcher.decoder.way,
+        "device": device_name(engine.model),
+        "cpu_flags": sorted(f for f in cpu_flags() if f.startswith(("avx512", "amx", "avx2", "avx_vnni"))),
+        "torch_threads": torch.get_num_threads(),
+        "step_ms": {str(b): round(1000 * b / s[1], 2) for b, s in speeds.items()},
         "layouts": side_by_side,
         **({"llama_cpp": anchor} if anchor else {}),
     }
@@ -263,7 +326,8 @@ def main(argv: list[str] | None = None) -> dict:
     }
     print(
         f"model {args.model}, {len(measured)} HotpotQA dev questions, max_tokens={MAX_OUTPUT}, "
-        f"torch threads {torch.get_num_threads()}, engine weights {result['weights']}"
+        f"torch threads {torch.get_num_threads()}, engine weights {result['weights']}, decode {result['decode']}, "
+        f"device {result['device']}"
     )
     rows = dict(side_by_side, **({"llama.cpp " + anchor["gguf"]: anchor} if anchor else {}))
     if rows:
@@ -277,9 +341,10 @@ def main(argv: list[str] | None = None) -> dict:
                           f"{r['decode_tok_s']['1'] / reference['decode_tok_s']['1']:.2f}x")  # fmt: skip
             eight = r["decode_tok_s"].get("8", "")
             print(f"{name:>28} {r['prefill_tok_s']:>14} {r['decode_tok_s']['1']:>13} {eight:>14} {versus:>24}")
-    print(f"{'batch':>6} {'prefill tok/s':>14} {'decode tok/s':>13}")
+    print(f"{'batch':>6} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms/step':>8}")
     for b in (1, 4, 8):
-        print(f"{b:>6} {result['prefill_tok_s'][str(b)]:>14} {result['decode_tok_s'][str(b)]:>13}")
+        print(f"{b:>6} {result['prefill_tok_s'][str(b)]:>14} {result['decode_tok_s'][str(b)]:>13} "
+              f"{result['step_ms'][str(b)]:>8}")  # fmt: skip
     print(f"{'prompt':>26} {'1 thread q/min':>15} {'8 threads q/min':>16} {'speed-up':>9}")
     for name, key in (("short", "short_questions_per_minute"), ("drag", "questions_per_minute")):
         one, eight = result[key]["1"], result[key]["8"]

@@ -17,6 +17,9 @@ def pytest_configure(config):
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-dspy-cache-"))
     os.environ.setdefault("RAGSCALE_DATA_DIR", str(SHARED / "datasets"))
     os.environ.pop("MLFLOW_TRACKING_URI", None)  # tests track into their own runs folders, never a user's server
+    # the engine's own decode step, eager: the compiled one is the same code, compiled once per process for
+    # minutes; tests/programs/lm/test_step.py compiles it
+    os.environ.setdefault("RAGSCALE_DECODE", "static")
 
 
 @pytest.fixture(scope="session")

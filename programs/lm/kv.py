@@ -30,9 +30,11 @@ class BufferLayer(DynamicLayer):
             self.update(keys, values)
 
     def _allocate(self, keys: Any, values: Any) -> None:
-        """Buffers of ``rows + spare_rows`` x ``capacity`` positions shaped (heads, head size) like ``keys``."""
+        """Buffers of ``rows + spare_rows`` x ``capacity`` positions shaped (heads, head size) like ``keys``, zeroed:
+        the engine's decode step (``step.py``) attends over the whole capacity with the unfilled part masked out,
+        and a masked position must hold a number (NaN times a zero attention weight is still NaN)."""
         shape = (self.rows + self.spare_rows, keys.shape[1], self.capacity, keys.shape[3])
-        self._keys, self._values = keys.new_empty(shape), values.new_empty(shape)
+        self._keys, self._values = keys.new_zeros(shape), values.new_zeros(shape)
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
 
     def _expose(self) -> tuple[Any, Any]:

@@ -7,8 +7,8 @@ import dspy
 import pytest
 
 from ragscale.programs.lm import chat, context_window, count_tokens
-from ragscale.programs.lm.engine import TorchEngine, _Job
-from ragscale.programs.lm.prefix_cache import common_prefix
+from ragscale.programs.lm.batch import Job
+from ragscale.programs.lm.engine import TorchEngine
 from ragscale.programs.lm.prompt import chat_request
 
 pytestmark = pytest.mark.slow
@@ -28,36 +28,6 @@ def ask(text: str) -> list[dict]:
 
 def city_question(i: int) -> str:
     return f"Context: The museum of Tom is in {CITIES[i]}.\nQuestion: Where is the museum of Tom? Answer briefly."
-
-
-def jobs_for(engine: TorchEngine, prompts: list[str], max_new: int = 12) -> list[_Job]:
-    return [
-        _Job(
-            engine.tokenizer(
-                engine.tokenizer.apply_chat_template(ask(p), tokenize=False, add_generation_prompt=True),
-                add_special_tokens=False,
-            ).input_ids,
-            max_new,
-            0.0,
-            None,
-            (),
-        )
-        for p in prompts
-    ]
-
-
-def generate(engine: TorchEngine, jobs: list[_Job]) -> None:
-    """Run ``jobs`` as one batch to the end, outside the worker thread: prefill, then decode token by token."""
-    import torch
-
-    with torch.inference_mode():
-        running = engine._start(jobs) if jobs else None
-        while running is not None:
-            running = engine._step(running)
-
-
-def texts(engine: TorchEngine, jobs: list[_Job]) -> list[str]:
-    return [engine.tokenizer.decode(j.tokens) for j in jobs]
 
 
 def test_greedy_answer_to_a_context_question_is_exact_and_repeatable(lm):
@@ -91,19 +61,6 @@ def test_max_tokens_limits_the_output_and_usage_counts_the_prompt_tokens(lm):
     assert response.usage.input_tokens == count_tokens(lm, lm.engine.render(request))
 
 
-def test_a_batch_generates_what_each_prompt_generates_alone(engine):
-    prompts = [city_question(i) for i in range(3)]
-    alone = []
-    for p in prompts:
-        [job] = jobs_for(engine, [p])
-        generate(engine, [job])
-        alone.append(engine.tokenizer.decode(job.tokens))
-    batch = jobs_for(engine, prompts)
-    generate(engine, batch)
-    assert texts(engine, batch) == alone
-    assert [c in t for c, t in zip(CITIES, alone, strict=False)] == [True] * 3
-
-
 def test_eight_threads_get_the_same_answers_as_sequential_calls(lm):
     questions = [city_question(i) for i in range(8)]
     sequential = [chat(lm, ask(q), max_tokens=10) for q in questions]
@@ -116,20 +73,20 @@ def test_eight_threads_get_the_same_answers_as_sequential_calls(lm):
 
 
 @pytest.mark.parametrize(("first_long", "notes", "in_place"), [(True, 16, True), (False, 2, True), (False, 16, False)])
-def test_a_request_that_arrives_mid_generation_joins_the_running_batch(engine, first_long, notes, in_place):
+def test_a_request_that_arrives_mid_generation_joins_the_running_batch(
+    engine, jobs_for, generate, first_long, notes, in_place
+):
     import time
 
     long = "\n".join(f"Note {i}: the museum of Ann {i} is in {c}." for i, c in enumerate((CITIES * 2)[:notes]))
     prompts = [f"{long}\n\n{city_question(1)}", city_question(2)]
     prompts = prompts if first_long else prompts[::-1]
-    alone = []
-    for p in prompts:
-        plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
-        [job] = jobs_for(plain, [p], max_new=20)
-        generate(plain, [job])
-        alone.append(texts(plain, [job])[0])
+    alone = [
+        generate(TorchEngine(engine.model, engine.tokenizer, prefix_cache=False).batcher, jobs_for([p], max_new=20))[0]
+        for p in prompts
+    ]
     served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
-    first, second = jobs_for(served, prompts, max_new=20)
+    first, second = jobs_for(prompts, max_new=20)
     served._submit(first)
     while not first.tokens:  # the first request is decoding
         time.sleep(0.005)
@@ -139,45 +96,7 @@ def test_a_request_that_arrives_mid_generation_joins_the_running_batch(engine, f
     assert served.batch_sizes == {1: 2} and served.joined == 1  # the second joined the first's batch
     # into the running batch's spare row, unless it is longer than the batch by more than the slack columns
     assert served.work["joins in place"] == in_place
-    assert texts(served, [first, second]) == alone
-
-
-def test_rows_that_finish_first_are_replaced_by_the_last_rows_and_the_others_decode_unchanged(engine):
-    prompts = [city_question(i) for i in range(5)]
-    lengths = [2, 16, 3, 16, 16]
-    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
-    alone = []
-    for p, n in zip(prompts, lengths, strict=True):
-        [job] = jobs_for(plain, [p], max_new=n)
-        generate(plain, [job])
-        alone.append(job.tokens)
-    batch = jobs_for(plain, prompts)
-    for job, n in zip(batch, lengths, strict=True):
-        job.max_new = n
-    generate(plain, batch)
-    assert [j.tokens for j in batch] == alone
-
-
-def test_reusing_a_shared_prefix_cache_gives_the_same_outputs_as_recomputing(engine):
-    demos = "\n".join(f"Example: the museum of Ann {i} is in {c}." for i, c in enumerate(CITIES * 3))
-    prompts = [f"{demos}\n\n{city_question(i)}" for i in range(3)]
-    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
-    shared = TorchEngine(engine.model, engine.tokenizer, prefix_cache=True)
-    expected = jobs_for(plain, prompts)
-    generate(plain, expected)
-    batch = jobs_for(shared, prompts)
-    generate(shared, batch)
-    assert plain.computed_tokens == plain.prompt_tokens == shared.prompt_tokens
-    # the first row is computed whole; the next two rows of the same batch reuse its demonstrations
-    assert shared.computed_tokens < len(batch[0].ids) + 2 * (len(batch[1].ids) - len(demos) // 8)
-    assert texts(shared, batch) == texts(plain, expected)
-    later = jobs_for(shared, [f"{demos}\n\n{city_question(5)}"])  # alone, served by the cached prefix
-    computed = shared.computed_tokens
-    generate(shared, later)
-    alone = jobs_for(plain, [f"{demos}\n\n{city_question(5)}"])
-    generate(plain, alone)
-    assert shared.computed_tokens - computed == len(later[0].ids) - common_prefix(later[0].ids, batch[0].ids)
-    assert texts(shared, later) == texts(plain, alone)
+    assert [engine.tokenizer.decode(j.tokens) for j in (first, second)] == alone
 
 
 def test_deep_copy_of_a_program_shares_the_model_weights(lm):
@@ -201,18 +120,15 @@ def test_a_saved_lm_state_reloads_onto_the_already_loaded_engine(lm):
     assert reloaded.engine is lm.engine
 
 
-def test_a_continued_turn_gets_text_even_when_the_model_opens_it_with_a_blank_line(lm, engine):
+def test_a_continued_turn_gets_text_even_when_the_model_opens_it_with_a_blank_line(lm, engine, generate):
     messages = [
         {"role": "system", "content": "Write a short encyclopedia passage that answers the question."},
         {"role": "user", "content": "question: Was Pepper Keenan or Rob Parissi born first?\n\nReply with passage."},
         {"role": "assistant", "content": "passage:"},
     ]
-    from ragscale.programs.lm.engine import _Job
-
     ids = engine.tokenizer(engine.render_messages(messages), add_special_tokens=False).input_ids
-    raw = _Job(ids, 3, 0.0, None, ())
-    generate(engine, [raw])
-    assert engine.tokenizer.decode(raw.tokens).startswith("\n\n")  # what a "\n\n" stop would cut to nothing
+    [raw] = generate(engine.batcher, [Job(ids, 3, 0.0, None, ())])
+    assert raw.startswith("\n\n")  # what a "\n\n" stop would cut to nothing
     reply = chat(lm, messages, stop=["\n\n"], max_tokens=8)
     assert reply.strip() and not reply.startswith("\n")
 
@@ -245,28 +161,6 @@ def test_a_closed_choice_is_the_option_with_the_highest_log_likelihood(lm, engin
     assert {t.token: t.logprob for t in chosen.top} == pytest.approx(scores, abs=1e-3)
 
 
-def test_a_batch_of_choices_scores_every_option_as_a_from_scratch_pass_does(engine):
-    import torch
-
-    options = ["relevant", "ambiguous", "irrelevant", "New York City"]  # options of 1 to 4 tokens
-    jobs = jobs_for(engine, [city_question(i) for i in range(4)] + [EIFFEL])
-    expected = []
-    for job in jobs:
-        prompt = engine.tokenizer.decode(job.ids)
-        job.options = [engine.tokenizer(f"{prompt} {o}", add_special_tokens=False).input_ids for o in options]
-        job.option_starts = [min(common_prefix(job.ids, o), len(o) - 1) for o in job.options]
-        for full, start in zip(job.options, job.option_starts, strict=True):
-            with torch.inference_mode():
-                logp = engine.model(torch.tensor([full])).logits[0].float().log_softmax(-1)
-            expected.append(sum(float(logp[i - 1, full[i]]) for i in range(start, len(full))))
-    engine.choose(jobs)
-    got = [s for job in jobs for s in job.scores]
-    assert got == pytest.approx(expected, abs=1e-3)
-    assert [job.tokens[0] for job in jobs] == [
-        max(range(4), key=expected[4 * j : 4 * j + 4].__getitem__) for j in range(len(jobs))
-    ]
-
-
 def test_choices_and_generations_batched_across_threads_get_their_sequential_answers(lm):
     requests = [(city_question(i), enum_format(CITIES) if i % 2 else None) for i in range(8)]
 
@@ -287,71 +181,13 @@ def test_a_json_schema_other_than_one_string_enum_is_refused(lm):
         chat(lm, ask("hi"), response_format=schema)
 
 
-def test_a_second_request_computes_only_the_tokens_after_the_prefix_it_shares_with_the_first(engine):
-    demos = "\n".join(f"Example: the museum of Bob {i} is in {c}." for i, c in enumerate(CITIES * 2))
-    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
-    shared = TorchEngine(engine.model, engine.tokenizer, prefix_cache=True)
-    seen: list[int] = []
-    for i in (1, 2):
-        job, expected = (jobs_for(e, [f"{demos}\n\n{city_question(i)}"]) for e in (shared, plain))
-        computed = shared.computed_tokens
-        generate(shared, job)
-        generate(plain, expected)
-        assert texts(shared, job) == texts(plain, expected)
-        new = len(job[0].ids) - common_prefix(job[0].ids, seen)
-        assert shared.computed_tokens - computed == new
-        seen = job[0].ids
-    assert shared.prompt_tokens == plain.prompt_tokens and shared.computed_tokens < plain.computed_tokens
-    assert shared.prefixes.hits == 1
-
-
-def test_each_row_is_prefilled_in_its_own_pass_after_its_cached_prefix(engine, monkeypatch):
-    demos = "\n".join(f"Example: the museum of Eve {i} is in {c}." for i, c in enumerate(CITIES))
-    prompts = [f"{demos}\n\n{city_question(i)}" + " Please." * i for i in range(3)]  # unequal lengths: padding
-    plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
-    expected = jobs_for(plain, prompts)
-    generate(plain, expected)
-    shared = TorchEngine(engine.model, engine.tokenizer)
-    passes = []
-    forward = shared._forward
-    monkeypatch.setattr(shared, "_forward", lambda ids, *a, **k: passes.append(ids.shape) or forward(ids, *a, **k))
-    batch = jobs_for(shared, prompts)
-    generate(shared, batch)
-    assert texts(shared, batch) == texts(plain, expected)
-    first = len(batch[0].ids)
-    widths = [first] + [len(j.ids) - common_prefix(j.ids, batch[0].ids) for j in batch[1:]]
-    assert passes[:3] == [(1, w) for w in widths]  # one row per pass, then decoding
-
-
-def test_the_prefix_cache_stays_within_its_bound_and_evicts_what_was_used_least_recently(engine):
-    [probe] = jobs_for(engine, [city_question(0)])
-    config = engine.model.config
-    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head * engine.model.dtype.itemsize
-    bound = int(1.5 * len(probe.ids)) * per_token  # room for one prompt and a half
-    small = TorchEngine(engine.model, engine.tokenizer, prefix_cache_bytes=bound, min_prefix_tokens=4)
-    prompts = [f"Note {i}: the museum of Zoe is in {c}.\n" + city_question(i) for i, c in enumerate(CITIES[:3])]
-    for prompt in prompts:
-        generate(small, jobs_for(small, [prompt], max_new=2))
-        assert 0 < small.prefixes.nbytes <= bound
-    assert small.prefixes.evicted > 0
-    computed = small.computed_tokens
-    [last] = jobs_for(small, [prompts[-1]], max_new=2)
-    generate(small, [last])  # the most recent prompt is still held: only its last token is computed
-    assert small.computed_tokens - computed == 1
-
-
-def test_eight_threads_with_shared_and_distinct_prefixes_get_their_sequential_answers(engine):
+def test_eight_threads_with_shared_and_distinct_prefixes_get_their_sequential_answers(engine, jobs_for, generate):
     demos = "\n".join(f"Example: the museum of Ann {i} is in {c}." for i, c in enumerate(CITIES * 2))
     prompts = [f"{demos}\n\n{city_question(i)}" if i % 2 else city_question(i) for i in range(8)]
     plain = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
-    sequential = []
-    for p in prompts:
-        job = jobs_for(plain, [p])
-        generate(plain, job)
-        sequential.append(texts(plain, job)[0])
+    sequential = [generate(plain.batcher, jobs_for([p]))[0] for p in prompts]
     shared = TorchEngine(engine.model, engine.tokenizer)
-    jobs = jobs_for(shared, prompts)
+    jobs = jobs_for(prompts)
 
     def submit(job):
         shared._submit(job)
@@ -378,3 +214,106 @@ def test_a_sampled_reply_with_a_seed_depends_on_its_prompt_and_seed_only(lm):
         [call.result() for call in greedy]
     assert [call.result() for call in batched] == alone
     assert len(set(alone)) > 1  # the seeds draw different lines
+
+
+def test_a_request_whose_prefill_fails_fails_alone(engine, jobs_for):
+    """Out of memory in one request's prefill: that request raises, the others batched with it complete."""
+    import torch
+
+    served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    prompts = [city_question(0), EIFFEL, city_question(2)]
+    doomed = len(jobs_for([EIFFEL])[0].ids)
+    assert doomed != len(jobs_for([prompts[0]])[0].ids)
+    forward = served.batcher._forward
+
+    def forward_or_oom(ids, *args, **kwargs):
+        if ids.shape[1] == doomed:
+            raise torch.OutOfMemoryError("no memory for this prompt")
+        return forward(ids, *args, **kwargs)
+
+    served.batcher._forward = forward_or_oom
+    alone = [chat(dspy.LM("local", engine=engine, cache=False), ask(p), max_tokens=8) for p in (prompts[0], prompts[2])]
+    lm = dspy.LM("local", engine=served, cache=False)
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(chat, lm, ask(p), max_tokens=8) for p in prompts]
+    served.close()
+    with pytest.raises(Exception, match="no memory for this prompt"):  # DSPy wraps it, keeping the message
+        futures[1].result()
+    assert [futures[0].result(), futures[2].result()] == alone
+
+
+def test_a_finished_row_keeps_its_text_when_the_next_step_fails(engine, jobs_for):
+    served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    short, long = jobs_for([city_question(0), city_question(1)], max_new=12)
+    short.max_new = 2
+    decoder, steps = served.batcher.decoder, []
+
+    def fail_after_two(*args):
+        steps.append(1)
+        if len(steps) > 2:
+            raise RuntimeError("the step broke")
+        return decoder(*args)
+
+    served.batcher.decoder = fail_after_two
+    served._gather = lambda first, room: ([short, long], False) if first is short else ([], False)
+    served._submit(short)
+    assert short.done.wait(60) and long.done.wait(60)
+    served.close()
+    assert short.error is None and len(short.tokens) == 2  # it finished at the step before the failure
+    assert isinstance(long.error, RuntimeError) and "the step broke" in str(long.error)
+
+
+def test_complete_raises_at_once_when_the_worker_thread_is_gone(engine):
+    import time
+
+    from ragscale.programs.lm.engine import EngineStoppedError
+
+    served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+
+    def die(first, room):
+        raise SystemExit("the worker dies")  # not an Exception: nothing in the worker catches it
+
+    served._gather = die
+    lm = dspy.LM("local", engine=served, cache=False)
+    began = time.monotonic()
+    with pytest.raises(Exception, match="worker thread is not running") as raised:
+        chat(lm, ask(EIFFEL), max_tokens=4)
+    assert time.monotonic() - began < 10
+    assert isinstance(raised.value.__cause__, EngineStoppedError)  # DSPy wraps it
+    del served._gather  # the class's own again: the next request starts a new worker and is served
+    assert chat(lm, ask(EIFFEL), max_tokens=4)
+
+
+def test_complete_waits_at_most_request_timeout_s(engine):
+    served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False, request_timeout_s=0.5)
+    served._queue.put = lambda job: None  # the request is never served
+    served._worker = __import__("threading").Thread(target=lambda: __import__("time").sleep(5), daemon=True)
+    served._worker.start()
+    lm = dspy.LM("local", engine=served, cache=False)
+    with pytest.raises(Exception, match=r"no completion within 0\.5 s"):
+        chat(lm, ask(EIFFEL), max_tokens=4)
+
+
+def test_rows_that_are_decoding_keep_stepping_while_a_long_prompt_is_prefilled(engine, jobs_for, generate):
+    """A prompt of several chunks joins a decoding row: the row steps between the chunks, and both get the
+    tokens they get alone."""
+    import time
+
+    notes = "\n".join(f"Note {i}: the museum of Ann {i} is in {CITIES[i % 8]}." for i in range(40))
+    prompts = [city_question(3), f"{notes}\n\n{city_question(1)}"]
+    alone = [
+        generate(TorchEngine(engine.model, engine.tokenizer, prefix_cache=False).batcher, jobs_for([p], max_new=24))[0]
+        for p in prompts
+    ]
+    served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    served.batcher.chunk_tokens = 64
+    decoding, joining = jobs_for(prompts, max_new=24)
+    assert len(joining.ids) > 4 * 64
+    served._submit(decoding)
+    while not decoding.tokens:
+        time.sleep(0.005)
+    served._submit(joining)
+    assert decoding.done.wait(60) and joining.done.wait(60)
+    served.close()
+    assert served.work["steps between prefill chunks"] >= 4
+    assert [engine.tokenizer.decode(j.tokens) for j in (decoding, joining)] == alone

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The engine's figures on a lent GPU in one run of under 8 minutes, written as JSON under $OUT.
+#
+# The packaged weights cannot travel (64 MiB), so the models are built there with random weights from configs and
+# tokenizers exported here, where the weights are (about 11 MiB each):
+#
+#   python benchmarks/random_model.py export qwen2.5-coder-0.5b gpu/qwen-0.5b
+#   python benchmarks/random_model.py export qwen2.5-coder-1.5b gpu/qwen-1.5b
+#   python benchmarks/random_model.py export qwen2.5-coder-0.5b gpu/qwen-7b --shape 7b
+#
+# then, with the device tool, carrying gpu/ (and .whl/, the wheels of the packages the machine's image lacks:
+# ../.library/device/README.md says how), run `bash benchmarks/gpu_check.sh`. What it runs:
+#   1. random bfloat16 weights for each model, drawn on the GPU;
+#   2. benchmarks/decode_step.py on each: transformers' step, the engine's static step and its compiled one
+#      (a CUDA graph) at 1 and 8 rows, and a profiler trace of each on the 0.5B;
+#   3. benchmarks/lm_throughput.py on the 0.5B with the compiled step: tokens/s at 1, 4 and 8 rows and DRAG-shaped
+#      questions per minute at 1 and 8 threads.
+set -euo pipefail
+OUT=${OUT:-runs/gpu-check}
+PYTHON=${PYTHON:-python3}
+MODELS=${MODELS:-gpu}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+  $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+# ragscale's folders as the package they are when installed (pyproject.toml maps them)
+mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/ragscale
+export PYTHONPATH=/tmp/pkg${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+for m in qwen-0.5b qwen-1.5b qwen-7b; do
+  timeout 150 $PYTHON benchmarks/random_model.py build "$MODELS/$m" --device cuda
+done
+timeout 120 $PYTHON benchmarks/decode_step.py --model "$MODELS/qwen-0.5b" --device cuda --rows 1,8 --repeat 32 \
+  --profile "$OUT/profile" --json "$OUT/decode-step-0.5b.json"
+for m in qwen-1.5b qwen-7b; do
+  timeout 90 $PYTHON benchmarks/decode_step.py --model "$MODELS/$m" --device cuda --rows 1,8 --repeat 32 \
+    --json "$OUT/decode-step-${m#qwen-}.json"
+done
+RAGSCALE_DECODE=compiled timeout 150 $PYTHON benchmarks/lm_throughput.py --model "$MODELS/qwen-0.5b" --layouts '' \
+  --limit 16 --json "$OUT/lm-throughput-0.5b.json"
