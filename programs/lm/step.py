@@ -178,11 +178,14 @@ class DecodeStep(torch.nn.Module):
         table = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", (table.cos() * rotary.attention_scaling).to(model.dtype), persistent=False)
         self.register_buffer("sin", (table.sin() * rotary.attention_scaling).to(model.dtype), persistent=False)
+        # each step's graphs (one per bucket) are its own, its weights being their constants: isolated, so that
+        # the engines of one process do not share the forward function's limit of graphs
+        isolated = {"dynamic": False, "isolate_recompiles": True, "recompile_limit": 2 * len(BUCKETS)}
         self.compiled = None
         if compile and model.device.type == "cuda":  # the step captured as a CUDA graph, replayed every step
-            self.compiled = torch.compile(self, dynamic=False, mode="reduce-overhead")
+            self.compiled = torch.compile(self, mode="reduce-overhead", **isolated)
         elif compile:
-            self.compiled = torch.compile(self, dynamic=False, options={"max_autotune": True})
+            self.compiled = torch.compile(self, options={"max_autotune": True}, **isolated)
 
     def step(self, tokens: Any, positions: Any, keys: list, values: list, column: Any, mask: Any) -> torch.Tensor:
         """The logits of one step (compiled where asked); buffer rows and capacity are marked dynamic."""
@@ -190,9 +193,10 @@ class DecodeStep(torch.nn.Module):
             return self(tokens, positions, keys, values, column, mask)
         from torch._inductor import config
 
-        for tensor in (*keys, *values):
-            torch._dynamo.mark_dynamic(tensor, 0)
-            torch._dynamo.mark_dynamic(tensor, 2)
+        if not hasattr(keys[0], "_dynamo_dynamic_indices"):  # a batch's buffers are marked at its first step
+            for tensor in (*keys, *values):
+                torch._dynamo.mark_dynamic(tensor, 0)
+                torch._dynamo.mark_dynamic(tensor, 2)
         torch._dynamo.mark_dynamic(mask, 1)
         # read when a graph compiles (the compile's own options do not reach freezing); quiet autotuning
         quiet = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
