@@ -246,15 +246,23 @@ def test_a_finished_row_keeps_its_text_when_the_next_step_fails(engine, jobs_for
     served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
     short, long = jobs_for([city_question(0), city_question(1)], max_new=12)
     short.max_new = 2
-    decoder, steps = served.batcher.decoder, []
 
-    def fail_after_two(*args):
-        steps.append(1)
-        if len(steps) > 2:
-            raise RuntimeError("the step broke")
-        return decoder(*args)
+    class FailsAfterTwo:
+        """The engine's decoder, whose third step raises."""
 
-    served.batcher.decoder = fail_after_two
+        def __init__(self, decoder):
+            self.decoder, self.steps, self.way = decoder, 0, decoder.way
+
+        def prepare(self):
+            self.decoder.prepare()
+
+        def __call__(self, *args):
+            self.steps += 1
+            if self.steps > 2:
+                raise RuntimeError("the step broke")
+            return self.decoder(*args)
+
+    served.batcher.decoder = FailsAfterTwo(served.batcher.decoder)
     served._gather = lambda first, room: ([short, long], False) if first is short else ([], False)
     served._submit(short)
     assert short.done.wait(60) and long.done.wait(60)
