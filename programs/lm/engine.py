@@ -438,7 +438,6 @@ class TorchEngine:
                         self._active = self.batcher.merge(self._active, batch)
                     except Exception as exc:  # the new rows fail; the batch that was decoding goes on
                         self._fail(batch.jobs, exc)
-                        self._finish(batch.jobs)
             self._step_active()
 
     def _step_active(self) -> None:
@@ -451,7 +450,6 @@ class TorchEngine:
         except Exception as exc:
             jobs, self._active = self._active.jobs, None
             self._fail(jobs, exc)
-            self._finish(jobs)
 
     def _start_each(self, jobs: list[Job]) -> Running | None:
         """The new batch of ``jobs``, prefilled while the batch being decoded keeps stepping between chunks, with
@@ -472,7 +470,6 @@ class TorchEngine:
         except Exception as exc:
             if len(jobs) == 1:
                 self._fail(jobs, exc)
-                self._finish(jobs)
                 return None
         batch = None
         for job in jobs:
@@ -480,7 +477,6 @@ class TorchEngine:
                 batch = self.batcher.merge(batch, start([job]))
             except Exception as exc:
                 self._fail([job], exc)
-                self._finish([job])
         return batch
 
     def _abandon(self, running: Running | None) -> None:
@@ -500,12 +496,13 @@ class TorchEngine:
 
     @staticmethod
     def _fail(jobs: list[Job], exc: BaseException) -> None:
-        """Hand ``exc`` to the caller of every job of ``jobs`` not finished yet, which re-raises it (a finished
-        job's caller may already be reading its completion: it never gets another row's error)."""
+        """Hand ``exc`` to the caller of every job of ``jobs`` not finished yet and release it; the caller re-raises
+        it (a finished job's caller may already be reading its completion: it never gets another row's error)."""
         jobs = [job for job in jobs if not job.done.is_set()]
         logger.exception("generation failed for %d request(s)", len(jobs), exc_info=exc)
         for job in jobs:
             job.error = exc
+            job.done.set()
 
     @staticmethod
     def _finish(jobs: list[Job]) -> None:

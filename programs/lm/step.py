@@ -11,10 +11,8 @@ runs the same arithmetic as a short straight-line function that ``torch.compile`
   weight, so memory does not grow and prefill, which still runs transformers' forward, reads the same numbers);
 - rotary embeddings come from a table of every position's cos/sin, built once;
 - keys and values are written in place into the engine's KV buffers (``kv.BufferLayer``) and attention reads the
-  filled part with one ``scaled_dot_product_attention`` per layer, the query heads of a key/value head grouped as
-  the rows of one attention (grouped-query attention without repeating keys);
-- the next token of greedy rows is chosen on the device, so a step hands back token ids, not logits, where every
-  row is greedy.
+  buffers' whole capacity, masked, with one ``scaled_dot_product_attention`` per layer, the query heads of a
+  key/value head grouped as the rows of one attention (grouped-query attention without repeating keys).
 
 The step reproduces transformers' forward for these models (a test checks the logits); a model of another
 architecture, or one with features this step does not implement (sliding windows, rope scaling other than the
