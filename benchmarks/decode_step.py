@@ -32,15 +32,10 @@ WAYS = ("hf", "static", "compiled")
 def prefix_cache(model, rows: int, length: int, room: int):
     """A cache of ``BufferLayer``s holding ``length`` random tokens in ``rows`` rows, with ``room`` more columns."""
     import torch
-    from transformers import DynamicCache
 
-    from ragscale.programs.lm.kv import BufferLayer
+    from ragscale.programs.lm.kv import buffer_cache
 
-    config = model.config
-    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    empty = torch.empty((1, config.num_key_value_heads, 0, dim), dtype=model.dtype, device=model.device)
-    cache = DynamicCache(config=config)
-    cache.layers = [BufferLayer(rows, length + room, empty, empty) for _ in range(config.num_hidden_layers)]
+    cache = buffer_cache(model, rows, length + room)
     ids = torch.randint(100, 10_000, (rows, length), device=model.device)
     model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     return cache

@@ -15,10 +15,15 @@
 #      (a CUDA graph) at 1 and 8 rows, and a profiler trace of each on the 0.5B;
 #   3. benchmarks/lm_throughput.py on the 0.5B with the compiled step: tokens/s at 1, 4 and 8 rows and DRAG-shaped
 #      questions per minute at 1 and 8 threads.
+# A rehearsal on a CPU, to find a broken step before device time is spent on it:
+#   DEVICE=cpu SHAPES=qwen-0.5b SLOW=4 bash benchmarks/gpu_check.sh
 set -euo pipefail
 OUT=${OUT:-runs/gpu-check}
 PYTHON=${PYTHON:-python3}
 MODELS=${MODELS:-gpu}
+DEVICE=${DEVICE:-cuda}
+SHAPES=${SHAPES:-qwen-0.5b qwen-1.5b qwen-7b}
+SLOW=${SLOW:-1}  # a factor on every time limit
 mkdir -p "$OUT"
 if [ -d .whl ]; then
   $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -27,15 +32,17 @@ fi
 # ragscale's folders as the package they are when installed (pyproject.toml maps them)
 mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/ragscale
 export PYTHONPATH=/tmp/pkg${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-for m in qwen-0.5b qwen-1.5b qwen-7b; do
-  timeout 150 $PYTHON benchmarks/random_model.py build "$MODELS/$m" --device cuda
+if [ "$DEVICE" = cuda ]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+fi
+for m in $SHAPES; do
+  timeout $((150 * SLOW)) $PYTHON benchmarks/random_model.py build "$MODELS/$m" --device "$DEVICE"
 done
-timeout 120 $PYTHON benchmarks/decode_step.py --model "$MODELS/qwen-0.5b" --device cuda --rows 1,8 --repeat 32 \
-  --profile "$OUT/profile" --json "$OUT/decode-step-0.5b.json"
-for m in qwen-1.5b qwen-7b; do
-  timeout 90 $PYTHON benchmarks/decode_step.py --model "$MODELS/$m" --device cuda --rows 1,8 --repeat 32 \
-    --json "$OUT/decode-step-${m#qwen-}.json"
+for m in $SHAPES; do
+  profile=()
+  if [ "$m" = qwen-0.5b ]; then profile=(--profile "$OUT/profile"); fi
+  timeout $((120 * SLOW)) $PYTHON benchmarks/decode_step.py --model "$MODELS/$m" --device "$DEVICE" --rows 1,8 \
+    --repeat 32 "${profile[@]}" --json "$OUT/decode-step-${m#qwen-}.json"
 done
-RAGSCALE_DECODE=compiled timeout 150 $PYTHON benchmarks/lm_throughput.py --model "$MODELS/qwen-0.5b" --layouts '' \
-  --limit 16 --json "$OUT/lm-throughput-0.5b.json"
+RAGSCALE_DECODE=compiled timeout $((150 * SLOW)) $PYTHON benchmarks/lm_throughput.py --model "$MODELS/qwen-0.5b" \
+  --layouts '' --limit 16 --json "$OUT/lm-throughput-0.5b.json"

@@ -85,23 +85,18 @@ def model_speed(
     transformers forward pass into the engine's KV buffers, each decode step the engine's own (``step.Decoder``,
     the way ``auto`` picks for the model)."""
     import torch
-    from transformers import DynamicCache
 
-    from ragscale.programs.lm.kv import BufferLayer
+    from ragscale.programs.lm.kv import buffer_cache
     from ragscale.programs.lm.openmp import release_openmp_threads
 
     decoder = decoder_for(model)
     text = " ".join(p["text"] for ex in examples for p in ex["paragraphs"])
     ids = tokenizer(text, add_special_tokens=False).input_ids
     rows = torch.tensor([ids[i * length : (i + 1) * length] for i in range(batch)], device=model.device)
-    config = model.config
-    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    empty = torch.empty((1, config.num_key_value_heads, 0, dim), dtype=model.dtype, device=model.device)
     # a GPU runs its kernels asynchronously: wait for them before each clock is read
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     with torch.inference_mode():
-        cache = DynamicCache(config=config)
-        cache.layers = [BufferLayer(batch, length + steps + 1, empty, empty) for _ in range(config.num_hidden_layers)]
+        cache = buffer_cache(model, batch, length + steps + 1)
         mask = torch.ones((batch, length), dtype=torch.long, device=model.device)
         positions = torch.full((batch, 1), length, device=model.device)
         sync()

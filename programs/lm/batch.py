@@ -204,17 +204,9 @@ class Batcher:
     def _buffers(self, rows: int, capacity: int, spare: int, slack: int) -> Any:
         """An empty cache of ``kv.BufferLayer``s for ``rows`` rows of ``capacity`` positions, allocated now so that
         the rows' passes of :meth:`_prefill` write into them."""
-        import torch
-        from transformers import DynamicCache
+        from ragscale.programs.lm.kv import buffer_cache
 
-        from ragscale.programs.lm.kv import BufferLayer
-
-        cache = DynamicCache(config=self.model.config)
-        config = self.model.config
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        empty = torch.empty((1, config.num_key_value_heads, 0, dim), dtype=self.model.dtype, device=self.model.device)
-        cache.layers = [BufferLayer(rows, capacity, empty, empty, spare_rows=spare, slack=slack) for _ in cache.layers]
-        return cache
+        return buffer_cache(self.model, rows, capacity, spare_rows=spare, slack=slack)
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> Any:
         """The model's logits for the last ``keep`` of ``ids`` (0: all), writing their keys/values to ``cache``."""

@@ -325,7 +325,8 @@ class TorchEngine:
         return self  # the weights and the worker are shared, never copied
 
     def dump_state(self) -> dict:
-        """What ``dspy.LM.dump_state`` saves for this engine: the model name and load settings, no weights."""
+        """What ``dspy.LM.dump_state`` saves for this engine: the model name and load settings, no weights, and the
+        decode way that ran (a record only: :meth:`load_state` picks the way for the machine it loads on)."""
         return {
             "model": self.name,
             "device": str(self.model.device),

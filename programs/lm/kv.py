@@ -153,3 +153,20 @@ def merge_layers(a: BufferLayer, b: BufferLayer, width: int, capacity: int, spar
     merged.length = end
     merged._expose()
     return merged
+
+
+def buffer_cache(model: Any, rows: int, capacity: int, *, filled: int = 0, spare_rows: int = 0, slack: int = 0) -> Any:
+    """A ``DynamicCache`` of :class:`BufferLayer`s for ``model``: ``rows`` rows of ``capacity`` positions, the
+    buffers allocated now (so that a forward pass writes into them), the first ``filled`` positions zeros."""
+    import torch
+    from transformers import DynamicCache
+
+    config = model.config
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    zeros = torch.zeros((1, config.num_key_value_heads, filled, dim), dtype=model.dtype, device=model.device)
+    cache = DynamicCache(config=config)
+    cache.layers = [
+        BufferLayer(rows, capacity, zeros, zeros, spare_rows=spare_rows, slack=slack)
+        for _ in range(config.num_hidden_layers)
+    ]
+    return cache

@@ -281,19 +281,14 @@ class Decoder:
         first batch of each size (where a compile would stall the rows decoding)."""
         if self.step is None or self.step.compiled is None or self.prepared:
             return
-        from transformers import DynamicCache
-
-        from ragscale.programs.lm.kv import BufferLayer
+        from ragscale.programs.lm.kv import buffer_cache
 
         began = time.perf_counter()
-        config, device = self.model.config, self.model.device
-        shape = (1, config.num_key_value_heads, 2, self.step.head_dim)
-        zeros = torch.zeros(shape, dtype=self.model.dtype, device=device)
+        device = self.model.device
         buckets = [b for b in BUCKETS if b <= self.max_rows]
         with torch.inference_mode():
             for rows in buckets:  # two cached positions of zeros, one step
-                cache = DynamicCache(config=config)
-                cache.layers = [BufferLayer(rows, 4, zeros, zeros) for _ in range(config.num_hidden_layers)]
+                cache = buffer_cache(self.model, rows, 4, filled=2)
                 tokens, positions = torch.zeros((rows, 1), dtype=torch.long, device=device), torch.full((rows, 1), 2)
                 self(tokens, torch.ones((rows, 3), dtype=torch.long, device=device), positions.to(device), cache)
         self.prepared = True

@@ -13,17 +13,9 @@ PREFIX = 40
 
 def cache_with_prefix(model, rows: int, spare: int = 0):
     """A cache of ``BufferLayer``s holding PREFIX random tokens in ``rows`` rows (seeded), room for 8 more."""
-    from transformers import DynamicCache
+    from ragscale.programs.lm.kv import buffer_cache
 
-    from ragscale.programs.lm.kv import BufferLayer
-
-    config = model.config
-    dim = config.hidden_size // config.num_attention_heads
-    empty = torch.empty((1, config.num_key_value_heads, 0, dim))
-    cache = DynamicCache(config=config)
-    cache.layers = [
-        BufferLayer(rows, PREFIX + 8, empty, empty, spare_rows=spare) for _ in range(len(model.model.layers))
-    ]
+    cache = buffer_cache(model, rows, PREFIX + 8, spare_rows=spare)
     ids = torch.randint(100, 5000, (rows, PREFIX), generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
