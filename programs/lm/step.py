@@ -185,6 +185,15 @@ class DecodeStep(torch.nn.Module):
         elif compile:
             self.compiled = torch.compile(self, options={"max_autotune": True}, **isolated)
 
+    def weight_bytes(self) -> int:
+        """The bytes of the tensors the step reads (each storage once): what one compiled graph copies."""
+        seen, total = set(), 0
+        for tensor in (*self.parameters(), *self.buffers()):
+            if tensor.untyped_storage().data_ptr() not in seen:
+                seen.add(tensor.untyped_storage().data_ptr())
+                total += tensor.untyped_storage().nbytes()
+        return total
+
     def step(self, tokens: Any, positions: Any, keys: list, values: list, column: Any, mask: Any) -> torch.Tensor:
         """The logits of one step (compiled where asked); buffer rows and capacity are marked dynamic."""
         if self.compiled is None:
@@ -233,6 +242,19 @@ class DecodeStep(torch.nn.Module):
         return self.head(_rms_norm(x, self.norm, self.eps)).float()
 
 
+KEPT_FREE = 0.25
+"""The share of the machine's memory that compiling the decode step for one more bucket must leave free."""
+
+
+def memory() -> tuple[int, int]:
+    """(available, total) bytes of this machine's memory (``/proc/meminfo``; where it is missing, plenty)."""
+    try:
+        fields = dict(line.split(":", 1) for line in open("/proc/meminfo", encoding="ascii"))
+    except OSError:
+        return 2**62, 2**62
+    return (int(fields[name].split()[0]) * 1024 for name in ("MemAvailable", "MemTotal"))
+
+
 DECODE_WAYS = ("auto", "hf", "static", "compiled")
 """How the engine runs a decode step: ``hf`` is transformers' forward, ``static`` :class:`DecodeStep` eager,
 ``compiled`` through ``torch.compile``; ``auto`` picks by device and layout (:func:`pick_way`)."""
@@ -274,25 +296,42 @@ class Decoder:
         self.model = model
         self.way, self.max_rows = pick_way(model, way)
         self.step = DecodeStep(model, compile=self.way == "compiled") if self.way != "hf" else None
+        self.buckets = [b for b in BUCKETS if b <= self.max_rows]
         self.prepared = False
 
     def prepare(self) -> None:
         """Compile the step for every bucket it serves now, once, on a small cache of zeros, rather than at the
-        first batch of each size (where a compile would stall the rows decoding)."""
+        first batch of each size (where a compile would stall the rows decoding).
+
+        Each bucket's graph holds its own copy of the step's weights (frozen into it, packed for its kernels), so
+        a bucket is compiled only while the memory left after its copy stays above ``KEPT_FREE`` of the machine's;
+        the rows of the buckets left out take transformers' forward."""
         if self.step is None or self.step.compiled is None or self.prepared:
             return
         from ragscale.programs.lm.kv import buffer_cache
 
         began = time.perf_counter()
         device = self.model.device
-        buckets = [b for b in BUCKETS if b <= self.max_rows]
+        copy = self.step.weight_bytes()
+        compiled = []
         with torch.inference_mode():
-            for rows in buckets:  # two cached positions of zeros, one step
+            for rows in self.buckets:  # two cached positions of zeros, one step
+                free, total = memory()
+                if device.type == "cpu" and free - copy < KEPT_FREE * total:
+                    logger.warning(
+                        "the decode step is not compiled for %d or more rows: a graph's copy of the weights "
+                        "(%.1f GB) would leave %.1f of %.1f GB free; those rows take transformers' forward",
+                        rows, copy / 2**30, (free - copy) / 2**30, total / 2**30,
+                    )  # fmt: skip
+                    break
+                self.buckets = [*compiled, rows]
                 cache = buffer_cache(self.model, rows, 4, filled=2)
                 tokens, positions = torch.zeros((rows, 1), dtype=torch.long, device=device), torch.full((rows, 1), 2)
                 self(tokens, torch.ones((rows, 3), dtype=torch.long, device=device), positions.to(device), cache)
+                compiled.append(rows)
+        self.buckets, self.max_rows = compiled, max(compiled, default=0)
         self.prepared = True
-        logger.info("compiled the decode step for %s rows in %.0f s", buckets, time.perf_counter() - began)
+        logger.info("compiled the decode step for %s rows in %.0f s", compiled, time.perf_counter() - began)
 
     def __call__(self, feed: Any, mask: Any, positions: Any, cache: Any) -> torch.Tensor:
         rows = feed.shape[0]
@@ -302,9 +341,11 @@ class Decoder:
         start, length = first.start, first.length
         if length >= first.capacity:
             raise RuntimeError(f"a KV buffer of {first.capacity} positions cannot hold {length + 1}")
-        bucket = next(b for b in BUCKETS if b >= rows)
+        bucket = next(b for b in self.buckets if b >= rows)
         if bucket > first.rows + first.spare_rows:
-            bucket = rows  # no spare rows to pad into: a graph of this exact size
+            if self.step.compiled is not None:  # no spare rows to pad into, and no graph (nor weights) for more
+                return self.forward(feed, mask, positions, cache)
+            bucket = rows
         tokens, where = feed[:, 0], positions[:, 0]
         # the mask over the buffers' whole capacity; padding rows attend to their own new column only, so they
         # hold numbers, not NaN

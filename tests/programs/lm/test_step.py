@@ -115,3 +115,22 @@ def test_the_compiled_step_gives_the_static_steps_tokens():
         assert compiled.step is not None, "the compiled step failed and fell back to transformers' forward"
         assert torch.equal(a.argmax(-1), b.argmax(-1))
         torch.testing.assert_close(a, b, rtol=0.05, atol=0.5)
+
+
+def test_buckets_are_compiled_only_while_the_weights_copy_leaves_memory_free(monkeypatch, caplog):
+    """Each bucket's graph holds a copy of the step's weights: with no room for one, no bucket is compiled, the
+    reason is logged, and every step (no graph compiled at run time either) is transformers' forward."""
+    import ragscale.programs.lm.step as step
+
+    model, _ = load_model("smollm2-135m", weights="int8")
+    decoder = Decoder(model, "compiled")
+    copy = decoder.step.weight_bytes()
+    assert copy >= sum(layer.qweight.numel() for layer in decoder.step.modules() if isinstance(layer, Fused))
+    monkeypatch.setattr(step, "memory", lambda: (copy + 2**30, 8 * 2**30))  # a copy would leave 1 of 8 GB
+    decoder.prepare()
+    assert decoder.buckets == [] and decoder.max_rows == 0
+    assert "not compiled for 1 or more rows" in caplog.text
+    feed, mask, positions = step_inputs(2)
+    with torch.inference_mode():
+        logits = decoder(feed, mask, positions, cache_with_prefix(model, 2))
+    torch.testing.assert_close(logits, reference_logits(model, 2))
