@@ -242,7 +242,7 @@ class DecodeStep(torch.nn.Module):
         return self.head(_rms_norm(x, self.norm, self.eps)).float()
 
 
-KEPT_FREE = 0.25
+KEPT_FREE = 0.4
 """The share of the machine's memory that compiling the decode step for one more bucket must leave free."""
 
 
