@@ -72,8 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(compare_runs(runs, baseline=baseline, latest_only=False)))
     print(f"\n{len(summaries)} runs, {args.limit} HotpotQA dev questions each, {args.lm}: {wall / 60:.1f} min in all")
     uri = tracking_uri(args.runs_dir)
-    print(f"MLflow: mlflow ui --backend-store-uri {uri}" if is_local(args.runs_dir) else f"MLflow: {uri}")
+    if is_local(args.runs_dir):  # MLflow's own `mlflow ui` hangs offline: ragscale's sets the offline environment
+        print(f"MLflow: {ragscale_command()} mlflow ui --backend-store-uri {uri}")
+    else:
+        print(f"MLflow: {uri}")
     return 0
+
+
+def ragscale_command() -> str:
+    """The ``ragscale`` command of this Python, relative to the working folder where it lies inside it."""
+    import sys
+
+    command = Path(sys.executable).parent / "ragscale"
+    return str(command.relative_to(Path.cwd())) if command.is_relative_to(Path.cwd()) else str(command)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ or value at fault:
 - ``check_inputs(config)``: the model name (a path must be a model folder or a whole GGUF file), the data folder
   holding the dataset, every line of the train and evaluation files (``read_jsonl``: JSON, UTF-8, the schema, unique
   question ids), the corpus the run searches (every line of a corpus file) and k against its passages, and the runs
-  directory writable;
+  directory writable, and the servers it names by URL answering (``reach.check_reachable``: ``--api-base``,
+  ``--teacher-api-base``, ``--chroma-url``);
 - ``check_lm(name, flag)``: a model given as a path, without loading it;
 - ``check_writable_dir(path, flag)`` and ``check_output_file(path, flag)``: a folder or a file path that the command
   will write, created (the folder) and tried with a scratch file now.
@@ -35,6 +36,7 @@ def check_inputs(config: RunConfig) -> None:
         check_lm(config.teacher, "--teacher")
     if config.reflection_lm is not None:
         check_lm(config.reflection_lm, "--reflection-lm")
+    check_servers(config)
     train, evalset = read_examples(config)
     if config.method != CLOSED_BOOK:
         check_k(config, train, evalset)
@@ -56,6 +58,23 @@ def check_lm(name: str, flag: str = "--lm") -> None:
             check_gguf(path)
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(f"{flag} {name!r}: {exc}") from exc
+
+
+def check_servers(config: RunConfig) -> None:
+    """Every server ``config`` names by URL answers (``reach.check_reachable``); a sweep's ``api_base`` may name
+    several replicas, comma-separated."""
+    from ragscale.experiments.reach import check_reachable, is_http
+
+    for url in (config.api_base or "").split(","):
+        if is_http(url.strip()):
+            check_reachable(url.strip(), "--api-base", "openai")
+    if is_http(config.teacher_api_base):
+        check_reachable(config.teacher_api_base, "--teacher-api-base", "openai")
+    chroma = config.chroma_url
+    if chroma and "://" not in chroma:  # host:port, as the dense index takes it
+        chroma = f"http://{chroma}"
+    if is_http(chroma):
+        check_reachable(chroma, "--chroma-url", "chroma")
 
 
 def read_examples(config: RunConfig) -> tuple[list[dict], list[dict]]:

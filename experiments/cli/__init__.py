@@ -1,10 +1,11 @@
 """The ``ragscale`` command line: argument parsing and dispatch only.
 
 One module per group of subcommands: ``runs`` (run, compare), ``documents`` (ingest, ask), ``sweep`` (sweep,
-allocate); each adds its parsers with ``add_<name>(subparsers)``, which set ``func(args) -> exit code``. Exit
-codes: 0 success; 1 a failed run (more than ``--max-failed`` of its questions failed, or it raised); 2 a usage or
-configuration error (an unknown method, optimizer, dataset or LM name, listed with the valid ones; a bad input
-file); 130 stopped by Ctrl-C and 143 by SIGTERM (the run is KILLED, its finished questions kept: the same command
+allocate), ``tracking_server`` (mlflow: MLflow's own command line, offline); each adds its parsers with
+``add_<name>(subparsers)``, which set ``func(args) -> exit code``. Exit codes: 0 success; 1 a failed run (more than
+``--max-failed`` of its questions failed, or it raised); 2 a usage or configuration error (an unknown method,
+optimizer, dataset or LM name, listed with the valid ones; a bad input file; a server named by URL that does not
+answer); 130 stopped by Ctrl-C and 143 by SIGTERM (the run is KILLED, its finished questions kept: the same command
 resumes it).
 """
 
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from ragscale.data.offline import go_offline
-from ragscale.experiments.cli import documents, runs, sweep
+from ragscale.experiments.cli import documents, runs, sweep, tracking_server
 from ragscale.experiments.config import ConfigError
 
 log = logging.getLogger("ragscale")
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (runs, documents, sweep):
+    for group in (runs, documents, sweep, tracking_server):
         group.add_parsers(subparsers)
     for name in TRACKED:
         subparsers.choices[name].add_argument(
@@ -56,6 +57,16 @@ def prepare_process() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def check_tracking_server(flag: str | None) -> None:
+    """A tracking server given by URL (``--tracking-uri``, else ``MLFLOW_TRACKING_URI``) answers, before anything
+    runs: MLflow's own client would retry a refused connection for minutes."""
+    from ragscale.experiments.reach import check_reachable, is_http
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if is_http(uri):
+        check_reachable(uri, "--tracking-uri" if flag else "MLFLOW_TRACKING_URI", "mlflow")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ragscale`; returns the exit code (also raised as SystemExit by argparse on bad usage)."""
     prepare_process()
@@ -70,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         logging.getLogger().setLevel(logging.DEBUG)
     try:
+        if args.command in TRACKED:
+            check_tracking_server(getattr(args, "tracking_uri", None))
         with terminate_on_sigterm():
             return args.func(args)
     except ConfigError as exc:

@@ -3,6 +3,7 @@ and (opt-in, ``-m server``) a real MLflow tracking server that ``ragscale run`` 
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from doubles import SCRIPT, scripted_lm
@@ -50,20 +51,32 @@ def test_runs_go_to_the_flag_over_the_environment_over_the_local_store(data_dir,
     assert (runs_dir / "artifacts").is_dir() and not (tmp_path / "mlruns").exists()  # not MLflow's ./mlruns
 
 
+def offline_as_a_user_starts_it() -> dict:
+    """A child's environment as a fresh shell gives it: no variable of ragscale's offline set (pytest's own process
+    has them all, and a child would inherit them)."""
+    return {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
+
+
 @pytest.mark.server
-def test_run_and_compare_against_a_real_mlflow_tracking_server(data_dir, tmp_path, monkeypatch, capsys):
+def test_run_and_compare_against_the_readmes_mlflow_server_started_offline(data_dir, tmp_path, monkeypatch, capsys):
+    """The README's line, `ragscale mlflow server ...`, in a clean environment: `mlflow server` alone hangs offline
+    in LiteLLM's price-map fetch; `ragscale mlflow ui` then lists the run from the same store."""
+    import json
+    import urllib.request
+
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
     no_tracking_uri(monkeypatch)
+    ragscale = str(Path(sys.executable).parent / "ragscale")
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     server = tmp_path / "server"
-    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{server}/mlflow.db",
-               "--artifacts-destination", str(server / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-               "--workers", "1"]  # fmt: skip
+    command = [ragscale, "mlflow", "server", "--backend-store-uri", f"sqlite:///{server}/mlflow.db",
+               "--artifacts-destination", str(server / "artifacts"), "--port", str(port)]  # fmt: skip
     server.mkdir()
-    with served(command, port, tmp_path / "mlflow.log", timeout_s=120):
+    env = offline_as_a_user_starts_it()
+    with served(command, port, tmp_path / "mlflow.log", timeout_s=120, env=env, ready=f"{uri}/health"):
         runs_dir = tmp_path / "runs"
         assert run_closed_book(data_dir, runs_dir, "--tracking-uri", uri) == 0
         summary_out = capsys.readouterr().out
@@ -80,3 +93,15 @@ def test_run_and_compare_against_a_real_mlflow_tracking_server(data_dir, tmp_pat
         assert {"predictions.jsonl", "summary.json"} <= logged
         assert (server / "artifacts").is_dir() and not (runs_dir / "mlflow.db").exists()
         assert not (runs_dir / "artifacts").exists()
+
+    port = free_port()
+    ui = [ragscale, "mlflow", "ui", "--backend-store-uri", f"sqlite:///{server}/mlflow.db", "--port", str(port)]
+    with served(ui, port, tmp_path / "ui.log", timeout_s=120, env=env, ready=f"http://127.0.0.1:{port}/health"):
+        search = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+            data=json.dumps({"experiment_ids": [experiment]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(search, timeout=30) as answer:
+            listed = {r["info"]["run_id"] for r in json.load(answer)["runs"]}
+        assert run.info.run_id in listed

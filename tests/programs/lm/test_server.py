@@ -1,11 +1,11 @@
 """The scale-out path: the same DSPy program against an OpenAI-compatible server given by model name and URL."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import dspy
 import pytest
+from servers import serving_in_thread
 
 from ragscale.programs.lm import chat, context_window, count_tokens, load_lm, meter
 
@@ -44,14 +44,8 @@ class ChatCompletions(BaseHTTPRequestHandler):
 @pytest.fixture
 def server_url():
     ChatCompletions.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_in_thread(ChatCompletions) as url:
+        yield f"{url}/v1"
 
 
 def test_a_program_runs_against_a_local_openai_compatible_server_and_is_metered(server_url):
