@@ -122,6 +122,7 @@ def _random_search(
     valset: list | None,
     num_candidates: int,
     teacher_settings: dict,
+    threads: int = 1,
     **_: Any,
 ) -> dspy.Module:
     teleprompter = dspy.BootstrapFewShotWithRandomSearch(
@@ -130,7 +131,7 @@ def _random_search(
         max_bootstrapped_demos=max_demos,
         max_labeled_demos=0,
         num_candidate_programs=num_candidates,
-        num_threads=1,
+        num_threads=threads,
     )
     return teleprompter.compile(program, trainset=trainset, valset=valset)
 
@@ -144,6 +145,7 @@ def _mipro(
     seed: int,
     valset: list | None,
     teacher_settings: dict,
+    threads: int = 1,
     **_: Any,
 ) -> dspy.Module:
     if importlib.util.find_spec("optuna") is None:  # checked first: DSPy needs it only after proposing instructions
@@ -153,7 +155,7 @@ def _mipro(
         auto="light",
         max_bootstrapped_demos=max_demos,
         max_labeled_demos=0,
-        num_threads=1,
+        num_threads=threads,
         seed=seed,
         verbose=False,
         teacher_settings=teacher_settings,
@@ -228,15 +230,16 @@ def compile_program(
 ) -> dspy.Module:
     """Compile ``program`` on ``trainset`` with the teleprompter named ``optimizer`` and return a new program.
 
-    ``metric(example, pred, trace=None)`` judges bootstrapped traces and candidates (``ragscale.optimizers
-    .metrics.em_metric`` or ``f1_metric``); ``lm`` and ``adapter``, when given, are used while compiling
-    (otherwise ``dspy.settings``). ``valset`` scores candidates for random-search and mipro (default: the
-    trainset, resp. a split of it); each costs one program run per example and candidate, so keep it small on a
-    CPU. ``max_attempts`` caps the training examples ``bootstrap`` runs the program on (default: all of them,
-    until ``max_demos`` traces pass); ``threads`` is how many of them ``bootstrap`` runs at once. ``teacher_lm``
-    runs the bootstrap family's teacher copy of the program (the student's demonstrations are its traces); the
-    other teleprompters do not run a teacher and refuse one. ``reflection_lm`` and ``budget`` are GEPA's (see the
-    module docstring). The input ``program`` is not changed.
+        ``metric(example, pred, trace=None)`` judges bootstrapped traces and candidates (``ragscale.optimizers
+        .metrics.em_metric`` or ``f1_metric``); ``lm`` and ``adapter``, when given, are used while compiling
+        (otherwise ``dspy.settings``). ``valset`` scores candidates for random-search and mipro (default: the
+        trainset, resp. a split of it); each costs one program run per example and candidate, so keep it small on a
+        CPU. ``max_attempts`` caps the training examples ``bootstrap`` runs the program on (default: all of them,
+        until ``max_demos`` traces pass); ``threads`` is how many program runs a teleprompter makes at once (bootstrap's
+    training examples, random-search's and mipro's candidate scoring, GEPA's evaluations). ``teacher_lm``
+        runs the bootstrap family's teacher copy of the program (the student's demonstrations are its traces); the
+        other teleprompters do not run a teacher and refuse one. ``reflection_lm`` and ``budget`` are GEPA's (see the
+        module docstring). The input ``program`` is not changed.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")

@@ -42,6 +42,9 @@ __all__ = [
 ADAPTERS: dict[str, Callable[[], dspy.Adapter]] = {
     # ours, for small local models: one output field per LM call, typed coercion, loud failures
     "field": FieldAdapter,
+    # the same, continuing a trailing assistant message on a server too (vLLM, llama.cpp's server), so that a
+    # served model sees the local engine's prompts; "field" gives servers the portable form instead
+    "field-prefill": lambda: FieldAdapter(continuation="prefill"),
     # DSPy's; its silent retry through JSONAdapter doubles calls and hides parse failures, so it is off
     "chat": lambda: dspy.ChatAdapter(use_json_adapter_fallback=False),
     "json": dspy.JSONAdapter,
