@@ -48,7 +48,21 @@ def add_sweep(subparsers) -> None:
         "--budgets", default=",".join(map(format_size, DEFAULT_BUDGETS)), help="effective-context budgets, e.g. 2k,4k"
     )
     sweep.add_argument("--lm", default=DEFAULT_LM, help="a preset, model dir, .gguf, or openai/<model>")
-    sweep.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server")
+    sweep.add_argument(
+        "--api-base",
+        dest="api_base",
+        help="URL of an OpenAI-compatible server; several, comma-separated, are replicas of one openai/<model> --lm, "
+        "each configuration running on the least busy. A configuration is keyed by the sorted list, not by its "
+        "replica: a rerun given the same URLs, in any order, skips the finished ones",
+    )
+    sweep.add_argument(
+        "--parallel-runs",
+        dest="parallel_runs",
+        type=int,
+        default=1,
+        help="configurations run at once (default: 1), spread over the --api-base servers; with a local --lm they "
+        "share its one engine",
+    )
     sweep.add_argument("--adapter", choices=sorted(ADAPTERS), default="field")
     sweep.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"dev questions (default: {DEFAULT_LIMIT})")
     sweep.add_argument("--train-limit", dest="train_limit", type=int, default=64, help="train questions for demos")
@@ -102,9 +116,12 @@ def _grid_and_base(args) -> tuple[Grid, RunConfig]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ragscale.experiments.sweep.run import plan_only, run_sweep
+    from ragscale.experiments.sweep.run import plan_only, run_sweep, shared_api_base
 
+    if args.parallel_runs < 1:
+        raise ConfigError(f"--parallel-runs {args.parallel_runs}: must be at least 1 (configurations run at once)")
     grid, base = _grid_and_base(args)
+    base = shared_api_base(base)  # several servers need an openai/<model> --lm: said before any is tried
     # the corpus must hold the grid's largest k, unless the sweep runs only the baseline, which retrieves nothing
     retrieves = any(method != BASELINE for method in grid.methods)
     check_inputs(replace(base, k=max(grid.docs)) if retrieves else replace(base, method=BASELINE))
@@ -114,7 +131,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         plan_only(grid, base, docs_per_demo=args.docs_per_demo, report=print)
         return 0
     start = time.perf_counter()
-    result = run_sweep(grid, base, docs_per_demo=args.docs_per_demo, progress=args.progress, report=print)
+    result = run_sweep(
+        grid,
+        base,
+        docs_per_demo=args.docs_per_demo,
+        parallel_runs=args.parallel_runs,
+        progress=args.progress,
+        report=print,
+    )
     print(
         f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done or over budget), {len(result.failed)} "
         f"failed in {time.perf_counter() - start:.0f} s; files in {result.sweep_dir}; parent run {result.parent_run_id}"

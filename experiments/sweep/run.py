@@ -6,9 +6,17 @@ Shots are demonstrations learned by the teleprompter, compiled once per method a
 document count of the grid, and IterDRAG's largest iteration count) and reused across document and iteration
 counts (``run_experiment(compiled=...)``, demos cut to the configuration's k documents each, as DRAG's
 demonstrations carry as many documents as the test question). Each configuration is re-estimated just before it
-runs, with what the ones before it taught, and keeps that estimate with its result. A configuration that fails
-does not stop the sweep; a rerun retries it and skips the finished ones. ``plan_only`` prints the plan without
+runs, with what the ones finished by then taught, and keeps that estimate with its result. A configuration that
+fails does not stop the sweep; a rerun retries it and skips the finished ones. ``plan_only`` prints the plan without
 running, ``allocate`` reads the stored allocation model.
+
+Several configurations may run at once (``parallel_runs``), each on one of the LM's servers: ``api_base`` may name
+several replicas of one model, comma-separated. Each configuration takes the least busy replica when it starts, and
+carries the whole list, sorted, as its ``api_base``: the replicas are one server, so a configuration's key (which
+names ``api_base``) does not depend on the replica that answered it, and a rerun given the same URLs, in any order,
+skips the finished configurations. One URL is kept as given, so single-server keys are what they were; adding or
+removing a replica changes every key. Ctrl-C or SIGTERM cancels the configurations not started and ends those
+running at their next LM or module call, each KILLED with its finished questions kept, as a run stopped alone is.
 """
 
 from __future__ import annotations
@@ -16,11 +24,16 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from dspy.utils.callback import BaseCallback
 
 from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError, RunConfig
@@ -100,6 +113,79 @@ class _Setup:
     ledger: dict[str, dict]
     tracked: dict[str, dict]
     speed: Speed
+
+
+def server_urls(api_base: str | None) -> list[str]:
+    """The URLs of a comma-separated ``api_base``, sorted, each once."""
+    return sorted({url.strip() for url in (api_base or "").split(",") if url.strip()})
+
+
+def shared_api_base(base: RunConfig) -> RunConfig:
+    """``base`` with the ``api_base`` every configuration carries and is keyed by: one URL as given, several sorted
+    and joined by commas (see the module docstring). Several URLs need a server LM (``openai/<model>``)."""
+    urls = server_urls(base.api_base)
+    if len(urls) <= 1:
+        return base
+    if not base.lm.startswith("openai/"):
+        raise ConfigError(
+            f"--api-base names {len(urls)} servers ({', '.join(urls)}) but --lm {base.lm!r} is a local model; "
+            "several servers are replicas of an openai/<model> --lm"
+        )
+    return replace(base, api_base=",".join(urls))
+
+
+def load_replicas(base: RunConfig) -> list:
+    """One LM per server of ``base.api_base``, each loaded once; the one LM of ``base`` when it names one server or
+    none (a local model)."""
+    urls = server_urls(base.api_base)
+    if len(urls) <= 1:
+        return [load_lm_for(base)]
+    return [load_lm_for(replace(base, api_base=url)) for url in urls]
+
+
+class _Replicas:
+    """The LMs the configurations are spread over: a run takes the one with the fewest runs on it (the first of
+    those), and gives it back when it ends."""
+
+    def __init__(self, lms: Sequence):
+        self.lms, self.busy, self._lock = list(lms), [0] * len(lms), threading.Lock()
+
+    def name(self, index: int) -> str:
+        api_base = getattr(self.lms[index], "kwargs", {}).get("api_base")
+        return api_base or f"LM {index + 1} of {len(self.lms)}"
+
+    @contextmanager
+    def take(self) -> Iterator[int]:
+        with self._lock:
+            index = min(range(len(self.lms)), key=self.busy.__getitem__)
+            self.busy[index] += 1
+        try:
+            yield index
+        finally:
+            with self._lock:
+                self.busy[index] -= 1
+
+
+class _Stopper(BaseCallback):
+    """A DSPy callback that ends the sweep's runs in flight once the sweep is stopped: their next module or LM call
+    raises what stopped it (a copy of the Ctrl-C or SIGTERM), so each run ends KILLED with what it finished kept, as
+    a run stopped alone does. It rides in ``dspy.context``, so it reaches the threads that answer a run's
+    questions."""
+
+    def __init__(self):
+        super().__init__()
+        self.reason: BaseException | None = None
+
+    def _check(self) -> None:
+        reason = self.reason
+        if reason is not None:
+            raise type(reason)(*reason.args) if interrupted(reason) else RuntimeError(f"the sweep stopped: {reason!r}")
+
+    def on_module_start(self, call_id, instance, inputs) -> None:
+        self._check()
+
+    def on_lm_start(self, call_id, instance, inputs) -> None:
+        self._check()
 
 
 def _setup(
@@ -208,16 +294,36 @@ def run_sweep(
     sweep_dir: Path | None = None,
     docs_per_demo: int | None = None,
     speed: Speed | None = None,
+    parallel_runs: int = 1,
     progress: bool = True,
     report: Callable[[str], None] = log.info,
 ) -> SweepResult:
     """Plan, run what is not done yet, and summarise; see the module docstring. ``report`` receives the plan, the
-    table and the allocation summary as text (the CLI prints them)."""
+    table and the allocation summary as text (the CLI prints them), and a configuration's lines each begin with its
+    number and label, as those of runs at once interleave.
+
+    ``parallel_runs`` configurations run at once, in threads, spread over ``lm``: an LM or a list of them, one per
+    replica (default: one per URL of ``base.api_base``, loaded once each; see ``load_replicas``). Every configuration
+    carries ``base.api_base`` whole, sorted (``shared_api_base``), whichever replica served it, so its key is the
+    same on a rerun given the same URLs in any order. Runs at once on a local model share its one engine, which
+    batches their requests. Each run's progress bar is drawn only when one runs at a time. The oracle rows run after
+    the grid, one after the other, on the first LM."""
+    import dspy
+
     from ragscale.optimizers.context import ContextWindowError
     from ragscale.optimizers.demos import cap_demos
 
+    if parallel_runs < 1:
+        raise ConfigError(f"parallel_runs must be at least 1, got {parallel_runs}")
+    base = shared_api_base(base)
+    if lm is None:
+        lm = load_replicas(base)
+    replicas = _Replicas(lm if isinstance(lm, list | tuple) else [lm])
     sweep_dir = sweep_dir or sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
-    got = _setup(grid, base, sweep_dir, lm=lm, examples=examples, retriever=retriever, speed=speed, progress=progress)
+    got = _setup(
+        grid, base, sweep_dir, lm=replicas.lms[0], examples=examples, retriever=retriever, speed=speed,
+        progress=progress,
+    )  # fmt: skip
     lm, train, evalset, ledger, tracked = got.lm, got.train, got.evalset, got.ledger, got.tracked
     planner = Planner.for_run(base, lm, train, evalset, retriever=got.retriever, speed=got.speed)
     planned = plan(
@@ -225,6 +331,10 @@ def run_sweep(
         tracked=tracked, retriever=got.retriever, planner=planner,
     )  # fmt: skip
     report(format_plan(planned, got.speed, len(evalset)) + (f"\n{ORACLE_NOTE}" if grid.baselines else ""))
+    if parallel_runs > 1 and not base.lm.startswith("openai/"):
+        report(
+            f"{parallel_runs} configurations at once share the local model's one engine, which batches their requests"
+        )
     fingerprint = data_fingerprint(train, evalset)
 
     parent = tracking.start_run(
@@ -235,66 +345,98 @@ def run_sweep(
             **{f"base.{k}": v for k, v in base.to_params().items()},
             "data_fingerprint": fingerprint,
             "docs_per_demo": str(docs_per_demo),
+            "parallel_runs": str(parallel_runs),
         },
         tags={"dataset": base.dataset, "lm": base.lm},
         kind="sweep",
     )
     ran, failed = [], []
+    # One lock for what the runs share: the ledger and its file, ran and failed, the planner, MLflow tags, report.
+    shared = threading.Lock()
     compiled: dict[tuple[str, int], Any] = {}
-    try:
-        todo = [p for p in planned if p.status == "run"]
-        for number, item in enumerate(todo, start=1):
-            point = item.point
-            config = point_config(base, point, docs_per_demo=docs_per_demo)
-            config = replace(config, run_name=f"{sweep_dir.name}-{point.label.replace(' ', '-').replace('=', '')}")
-            # Re-estimated with what the configurations of its method finished so far in this sweep taught.
-            item.estimate, item.seconds = planner.estimate(point, item.docs_per_demo)
-            report(
-                f"[{number}/{len(todo)}] {point.label}: estimated {item.estimate.tokens:,.0f} tokens/question "
-                f"({item.estimate.basis})"
-            )
+    compiling: dict[tuple[str, int], threading.Lock] = {}  # one per (method, shots): each is compiled once
+    stopper = _Stopper()
+    todo = [p for p in planned if p.status == "run"]
+
+    def compiled_for(point: Point, replica) -> Any:
+        group = (point.method, point.shots)
+        with shared:
+            group_lock = compiling.setdefault(group, threading.Lock())
+        with group_lock:
+            if group not in compiled:
+                compiled[group] = _compile(
+                    base, point, grid, lm=replica, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo
+                )
+            return compiled[group]
+
+    def run_one(number: int, item: PlannedPoint) -> None:
+        point = item.point
+        name = f"[{number}/{len(todo)}] {point.label}"
+        config = point_config(base, point, docs_per_demo=docs_per_demo)
+        config = replace(config, run_name=f"{sweep_dir.name}-{point.label.replace(' ', '-').replace('=', '')}")
+        with replicas.take() as index, dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper]):
+            replica = replicas.lms[index]
+            with shared:
+                # Re-estimated with what the configurations of its method finished so far in this sweep taught.
+                item.estimate, item.seconds = planner.estimate(point, item.docs_per_demo)
+                on = f" on {replicas.name(index)}" if len(replicas.lms) > 1 else ""
+                report(f"{name}: estimated {item.estimate.tokens:,.0f} tokens/question ({item.estimate.basis}){on}")
             try:
                 program = None
                 if point.shots:
-                    if (point.method, point.shots) not in compiled:
-                        compiled[point.method, point.shots] = _compile(
-                            base, point, grid, lm=lm, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo
-                        )
                     program = cap_demos(
-                        copy.deepcopy(compiled[point.method, point.shots]), point.shots, config.max_docs_per_demo
+                        copy.deepcopy(compiled_for(point, replica)), point.shots, config.max_docs_per_demo
                     )
                 summary = run_experiment(
                     config,
-                    lm=lm,
+                    lm=replica,
                     retriever=got.retriever,
                     examples=(train, evalset),
                     parent_run_id=parent,
-                    progress=progress,
+                    progress=progress and parallel_runs == 1,
                     check_context=True,
                     compiled=program,
                 )
             except ContextWindowError as exc:
-                report(f"  skipped, does not fit: {exc}")
-                failed.append(item.key)
-                continue
+                with shared:
+                    report(f"{name}: skipped, does not fit: {exc}")
+                    failed.append(item.key)
+                return
             except Exception as exc:  # one configuration failing does not stop the sweep; a rerun retries it
                 log.exception("configuration %s failed", point.label)
-                report(f"  failed: {type(exc).__name__}: {exc}")
-                failed.append(item.key)
-                continue
-            run_id, estimate = summary["mlflow_run_id"], estimate_fields(item.estimate)
+                with shared:
+                    report(f"{name}: failed: {type(exc).__name__}: {exc}")
+                    failed.append(item.key)
+                return
+        run_id, estimate = summary["mlflow_run_id"], estimate_fields(item.estimate)
+        records = run_records(base.runs_dir, run_id)
+        with shared:
             mlflow_client = tracking.client(base.runs_dir)
             mlflow_client.set_tag(run_id, SWEEP_KEY_TAG, item.key)
             mlflow_client.set_tag(run_id, ESTIMATE_TAG, json.dumps(estimate))
-            planner.learn(point, item.docs_per_demo, run_records(base.runs_dir, run_id))
+            planner.learn(point, item.docs_per_demo, records)
             ledger[item.key] = ledger_row(run_id, base.lm, summary, estimate)
             save_ledger(sweep_dir, ledger)
             ran.append(item.key)
             report(
-                f"  EM {summary['em']:.1f} F1 {summary['f1']:.1f} Acc {summary['acc']:.1f}; "
+                f"{name}: EM {summary['em']:.1f} F1 {summary['f1']:.1f} Acc {summary['acc']:.1f}; "
                 f"{summary[EFFECTIVE_CONTEXT]:,.0f} tokens/question measured; {summary['wall_s']:.0f} s"
             )
 
+    try:
+        pool = ThreadPoolExecutor(max_workers=parallel_runs, thread_name_prefix="ragscale-sweep")
+        try:
+            futures = [pool.submit(run_one, number, item) for number, item in enumerate(todo, start=1)]
+            for future in as_completed(futures):
+                future.result()  # a configuration's failure is reported in it; what comes out stops the sweep
+        except BaseException as exc:  # Ctrl-C, SIGTERM: cancel what has not started, end what runs, then stop
+            stopper.reason = exc
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        in_plan = {item.key: i for i, item in enumerate(todo)}
+        ran.sort(key=in_plan.__getitem__)  # in the plan's order, not the order they finished in
+        failed.sort(key=in_plan.__getitem__)
         oracle: list[dict] = []
         if grid.baselines:
             oracle, oracle_failed = _oracle_rows(
@@ -367,11 +509,13 @@ def run_sweep(
 def plan_only(
     grid: Grid, base: RunConfig, *, lm=None, docs_per_demo: int | None = None, report: Callable[[str], None] = log.info
 ) -> list[PlannedPoint]:
-    """The plan alone: loads the LM (for its tokenizer and, without earlier runs, two tiny timed calls) and the
-    data; builds no persistent index (``_setup(index=False)``), compiles nothing, opens no MLflow run."""
+    """The plan alone: loads the LM (of several servers, the first one's) for its tokenizer and, without earlier
+    runs, two tiny timed calls, and the data; builds no persistent index (``_setup(index=False)``), compiles nothing,
+    opens no MLflow run."""
     start = time.perf_counter()
+    base = shared_api_base(base)
     if lm is None:
-        lm = load_lm_for(base)
+        lm = load_replicas(base)[0]  # a server LM is built without a request
     load_s = time.perf_counter() - start
     sweep_dir = sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
     got = _setup(grid, base, sweep_dir, lm=lm, index=False)
