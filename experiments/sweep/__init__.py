@@ -12,7 +12,7 @@ A sweep is a grid of configurations theta = (documents k, shots m, iterations n)
    when it cannot fit: its fewest tokens exceed the largest budget, or its longest call the LM's window.
 3. **Run** (``run.py``, ``ledger.py``). Each configuration is one MLflow child run under a parent sweep run;
    finished ones are keyed by their settings and data, kept in ``ledger.json`` and tagged on their run, so a rerun
-   skips them.
+   skips them. ``parallel_runs`` configurations run at once, each on the least busy of the servers given.
 4. **Results** (``report.py``, ``allocation.py``). Per budget, the best configuration per method and overall (the
    paper's Table 1 shape); accuracy against effective context (log x); the computation allocation model, fitted and
    stored as ``allocation.json``, which ``allocate`` reads.
