@@ -34,7 +34,7 @@ def test_a_config_round_trips_through_its_toml(tmp_path):
     [
         ("k", 0, "k must be >= 1"),
         ("threads", "4", "threads must be an integer"),
-        ("adapter", "xml", "valid choices: chat, field, json"),
+        ("adapter", "xml", "valid choices: chat, field, field-prefill, json"),
         ("retriever", "grep", "bm25, dense, hybrid"),
         ("weights", "int4", "weights 'int4'.*auto, bf16, dense, fp32, int8, int8-bf16"),
     ],

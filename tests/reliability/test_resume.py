@@ -1,9 +1,11 @@
 """A stopped run resumes where it stopped; a run whose questions fail ends FAILED; runs share a store safely."""
 
+import http.server
 import json
 
 import pytest
 from doubles import FACTS, SCRIPT, ScriptedChatEngine
+from servers import serving_in_thread
 
 from ragscale.experiments import tracking
 from ragscale.experiments.config import RunConfig
@@ -100,14 +102,31 @@ def test_compare_leaves_failed_runs_out_unless_asked_and_counts_failed_questions
     assert "(FAILED)" in format_table([row])
 
 
-def test_a_run_against_a_server_that_is_down_exits_1_and_is_failed(tmp_path, capsys):
+class RefusesEveryCompletion(http.server.BaseHTTPRequestHandler):
+    """A server that lists its models (so the check before the run passes) and answers every completion 404."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"data": []}')
+
+    def do_POST(self):
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_run_against_a_server_that_fails_every_call_exits_1_and_is_failed(tmp_path, capsys):
     from ragscale.experiments.cli import main
 
     runs = tmp_path / "runs"
-    code = main(
-        ["run", "--method", "closed-book", "--dataset", "hotpotqa", "--lm", "openai/x", "--api-base",
-         "http://127.0.0.1:9/v1", "--limit", "2", "--runs-dir", str(runs), "--no-progress"]
-    )  # fmt: skip
+    with serving_in_thread(RefusesEveryCompletion) as url:
+        code = main(
+            ["run", "--method", "closed-book", "--dataset", "hotpotqa", "--lm", "openai/x", "--api-base",
+             f"{url}/v1", "--limit", "2", "--runs-dir", str(runs), "--no-progress"]
+        )  # fmt: skip
     assert code == 1
     assert "2 of 2 questions failed" in capsys.readouterr().err
     assert [run.info.status for run in tracking.finished_runs(runs, statuses=("FAILED", "FINISHED"))] == ["FAILED"]

@@ -156,10 +156,14 @@ def test_one_configuration_failing_does_not_stop_the_others_and_a_rerun_retries_
     ("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)], ids=["ctrl-c", "sigterm"]
 )
 def test_ctrl_c_or_sigterm_cancels_the_configurations_not_started_and_ends_those_running_killed(
-    signum, raised, tmp_path, data_dir, monkeypatch
+    signum, raised, tmp_path, data_dir, monkeypatch, request
 ):
     def stop():
         signal.pthread_kill(threading.main_thread().ident, signum)
+
+    # Python's own Ctrl-C handler, whatever an earlier test or library of this process installed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
 
     started, estimate = [], Planner.estimate
 
