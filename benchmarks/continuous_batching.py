@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
-from lm_throughput import MAX_OUTPUT, dev_examples, drag_messages, short_messages, timed, warm_up
+from lm_throughput import MAX_OUTPUT, dev_examples, drag_messages, prepare_process, short_messages, timed, warm_up
 
 from ragscale.experiments.files import slug, write_json
 
@@ -224,23 +223,13 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--max-batch-tokens and --limit must be >= 1, --page-size >= 4 (transformers' minimum)")
     json_path = args.json or Path("runs") / f"continuous-batching-{slug(args.model)}.json"
 
-    import tempfile
-    import warnings
-
-    from ragscale.data.offline import go_offline
-
-    go_offline()
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="continuous-batching-dspy-cache-")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    prepare_process("continuous-batching", args.torch_threads)
     import torch
     import transformers
 
     from ragscale.programs.lm.layouts import cpu_flags, cpu_model
     from ragscale.programs.lm.models import load_model
 
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
     model, tokenizer = load_model(args.model, device="cpu", weights=args.weights)
     cb_model = load_model(args.model, device="cpu", weights=args.cb_weights)[0] if args.cb_weights else model
     lm = engine_lm(model, tokenizer, args.model)

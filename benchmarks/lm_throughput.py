@@ -236,6 +236,24 @@ def bound_speedup(one: dict, eight: dict) -> float:
     return (one["prefill"] + one["decode"]) / eight["prefill"]
 
 
+def prepare_process(name: str, torch_threads: int | None) -> None:
+    """What a throughput benchmark's process sets before it loads anything: the offline environment, no progress
+    bars, a DSPy cache of its own (empty: every answer computed), quiet deprecation warnings, torch's threads."""
+    import tempfile
+    import warnings
+
+    from ragscale.data.offline import go_offline
+
+    go_offline()
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix=f"{name}-dspy-cache-")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    import torch
+
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="preset, model directory or .gguf file")
@@ -264,24 +282,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.llama_bench is not None and not args.llama_bench.is_file():
         parser.error(f"--llama-bench {str(args.llama_bench)!r} is not a file")
 
-    import tempfile
-    import warnings
+    prepare_process("lm-throughput", args.torch_threads)
+    import torch
 
-    from ragscale.data.offline import go_offline
-
-    go_offline()
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix="lm-throughput-dspy-cache-")
     from ragscale.programs.lm import load_lm
     from ragscale.programs.lm.layouts import cpu_flags
 
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    if args.torch_threads:
-        import torch
-
-        torch.set_num_threads(args.torch_threads)
     examples = dev_examples()
-    import torch
 
     side_by_side = layout_speeds(args.model, layouts, examples)
     anchor = llama_bench(args.llama_bench, args.model, torch.get_num_threads()) if args.llama_bench else None

@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("give --llama-server or set $RAGSCALE_LLAMA_SERVER (docs/ecosystem.md: building it)")
 
     from ragscale.data.offline import go_offline
+    from ragscale.experiments.provenance import CODE_PATH_FLAGS
     from ragscale.programs.lm.layouts import cpu_flags, cpu_model
     from ragscale.programs.lm.models import resolve
 
@@ -135,8 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = json.loads(path.read_text()) if path.exists() else {}
     result.update({
         "model": args.model, "slots": args.slots, "server_threads": args.server_threads, "limit": args.limit,
-        "sweep_limit": args.sweep_limit, "cpu": cpu_model(), "cpu_flags": sorted(cpu_flags() & FLAGS),
-        "cores": os.cpu_count(), "date": date.today().isoformat(),
+        "sweep_limit": args.sweep_limit, "cpu": cpu_model(), "cores": os.cpu_count(),
+        "cpu_flags": [f for f in CODE_PATH_FLAGS if f in cpu_flags()], "date": date.today().isoformat(),
     })  # fmt: skip
     cells = result.setdefault("cells", {})
     work = Path(tempfile.mkdtemp(prefix="server-throughput-"))
@@ -165,10 +166,6 @@ def main(argv: list[str] | None = None) -> dict:
         em = f"{cell['em']:.1f}" if "em" in cell else ""
         print(f"{name:>26} {q:>7} {em:>5} {cell['wall_s']:>7}")
     return result
-
-
-FLAGS = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"})
-"""The instruction-set flags that decide the CPU's speed here, recorded beside the figures."""
 
 
 if __name__ == "__main__":
