@@ -54,6 +54,23 @@ def test_questions_are_paired_by_id_and_unshared_ids_are_left_out():
     assert paired_bootstrap({"x": 1.0}, {"z": 1.0}) is None
 
 
+def test_a_small_gain_on_correlated_runs_excludes_zero_only_because_questions_are_paired():
+    import numpy as np
+
+    base = scores("10" * 25)  # 50% on 50 questions
+    gained = {"q1", "q3", "q5", "q7", "q9", "q11"}  # six questions base misses, everything else the same
+    better = {q: 100.0 if q in gained else score for q, score in reversed(base.items())}  # ids in another order
+    ci = paired_bootstrap(better, base, resamples=2000, seed=0)
+    assert ci.diff == pytest.approx(12.0) and ci.n == 50
+    assert ci.low > 0 and ci.excludes_zero()  # every pair differs by 0 or +100: the gain is certain
+    # the same scores resampled unpaired (two independent samples) give a CI that contains 0
+    rng = np.random.default_rng(0)
+    a, b = np.array(list(better.values())), np.array(list(base.values()))
+    unpaired = a[rng.integers(0, 50, (2000, 50))].mean(axis=1) - b[rng.integers(0, 50, (2000, 50))].mean(axis=1)
+    low, high = np.quantile(unpaired, [0.025, 0.975])
+    assert low < 0 < high
+
+
 def test_the_bootstrap_is_reproducible_with_its_seed():
     a, b = scores("1101001110" * 3), scores("0101100110" * 3)
     assert paired_bootstrap(a, b, seed=7) == paired_bootstrap(a, b, seed=7)
