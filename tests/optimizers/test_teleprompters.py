@@ -1,8 +1,12 @@
 """Compiling programs: the teleprompter registry, bootstrap, random search, MIPRO; compiled programs saved."""
 
+import itertools
+import re
+
 import dspy
 import pytest
 from doubles import BEST, SECOND, FixedRetriever, examples, musique_example
+from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils import DummyLM
 
 from ragscale.optimizers.demos import LabeledWithDocuments
@@ -140,7 +144,30 @@ def test_bootstrap_compiles_iterdrag():
     assert len(compiled.synthesize.demos) == 2
 
 
-def test_random_search_compiles_drag_within_the_caps():
+class RecallingDemos:
+    """An engine that answers a landmark question rightly only when its prompt shows that question as a
+    demonstration (it repeats the demonstration's answer), "Nowhere" otherwise, with ``fields`` added to every reply
+    (ChatAdapter format): a student that scores higher with the demonstrations a candidate program carries."""
+
+    def __init__(self, **fields: str):
+        self.fields = fields
+
+    def complete(self, request):
+        texts = [m.text or "" for m in request.messages]
+        asked = re.search(r"Where is landmark \d+\?", texts[-1])
+        shown = [reply for prompt, reply in itertools.pairwise(texts[:-1]) if asked and asked[0] in prompt]
+        fields = {"answer": re.search(r"City \d+", shown[0])[0] if shown else "Nowhere", **self.fields}
+        output = "".join(f"[[ ## {name} ## ]]\n{value}\n\n" for name, value in fields.items()) + "[[ ## completed ## ]]"
+        return Response(id=None, model="recalling", message=Message.assistant([TextPart(output)]), finish_reason="stop",
+                        usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0))  # fmt: skip
+
+
+def recalling(**fields: str) -> dspy.LM:
+    return dspy.LM("local/recalling", engine=RecallingDemos(**fields), cache=False, num_retries=0)
+
+
+def test_random_search_picks_a_bootstrapped_candidate_and_caps_its_demos_and_documents():
+    student = recalling()  # the zero-shot candidate scores 0: a candidate with demonstrations wins
     compiled = compile_program(
         DRAG(FixedRetriever(), k=3),
         examples(4),
@@ -148,13 +175,15 @@ def test_random_search_compiles_drag_within_the_caps():
         metric=em_metric,
         max_demos=2,
         max_docs_per_demo=1,
-        lm=answering(right=True),
+        lm=student,
         adapter=dspy.ChatAdapter(),
         num_candidates=1,
+        teacher_lm=answering(right=True),
     )
     assert isinstance(compiled, DRAG)
-    assert len(compiled.answer.demos) <= 2
-    assert all(len(demo.documents) == 1 for demo in compiled.answer.demos)
+    assert len(compiled.answer.demos) == 2 and all(demo.get("augmented") for demo in compiled.answer.demos)
+    assert all(demo.answer == f"City {demo.question.split()[-1].rstrip('?')}" for demo in compiled.answer.demos)
+    assert all(demo.documents == [format_passage(BEST)] for demo in compiled.answer.demos)  # the most relevant one
 
 
 def test_a_saved_program_reloads_to_the_same_demos_and_predictions(tmp_path):
@@ -172,9 +201,9 @@ def test_a_saved_program_reloads_to_the_same_demos_and_predictions(tmp_path):
     assert lm.history[0]["messages"] == lm.history[1]["messages"]
 
 
-def test_mipro_light_compiles_drag_with_a_scripted_lm():
+def test_mipro_light_compiles_drag_with_proposed_instructions_and_bootstrapped_demos():
     proposals = {"observations": "o", "summary": "s", "program_description": "p", "module_description": "m"}
-    lm = DummyLM([{"answer": "City 1", "proposed_instruction": "Answer in two words.", **proposals}] * 2000)
+    lm = recalling(proposed_instruction="Answer in two words.", **proposals)
     compiled = compile_program(
         DRAG(FixedRetriever(), k=2),
         examples(6),
@@ -184,9 +213,13 @@ def test_mipro_light_compiles_drag_with_a_scripted_lm():
         max_docs_per_demo=1,
         lm=lm,
         adapter=dspy.ChatAdapter(),
+        valset=examples(6),  # scored on the questions the demonstrations show, so a few-shot set wins
+        teacher_lm=answering(right=True),
     )
     assert isinstance(compiled, DRAG)
-    assert len(compiled.answer.demos) <= 2
+    assert len(compiled.answer.demos) == 2 and all(demo.get("augmented") for demo in compiled.answer.demos)
+    assert all(demo.answer == f"City {demo.question.split()[-1].rstrip('?')}" for demo in compiled.answer.demos)
+    assert all(demo.documents == [format_passage(BEST)] for demo in compiled.answer.demos)
     system_prompts = [call["messages"][0]["content"] for call in lm.history]
     assert any("`observations`" in prompt for prompt in system_prompts)  # MIPRO's data-aware proposer ran
 
