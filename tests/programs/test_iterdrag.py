@@ -1,65 +1,23 @@
-"""RAG, DRAG, IterDRAG and closed-book QA: control flow with DummyLM and an in-test retriever."""
+"""IterDRAG: follow-up questions answered one at a time over their own retrievals, then a synthesized answer;
+when the loop stops, what it reports, and which traces may become demonstrations."""
 
 import copy
 
 import dspy
 import pytest
 from dspy.utils import DummyLM
+from method_doubles import TableRetriever, passage
 
-from ragscale.programs import DRAG, PROGRAMS, RAG, ClosedBook, IterDRAG, build_program
+from ragscale.programs import IterDRAG
 from ragscale.programs.iterdrag import follow_up_of, no_follow_up
-from ragscale.programs.retrieval import Passage, format_passage
+from ragscale.programs.retrieval import format_passage
 
 QUESTION = "Who wrote it?"
-
-
-def passage(name: str) -> Passage:
-    return Passage(id=f"id-{name}", title=name, text=f"{name} is a passage.")
-
-
-class TableRetriever:
-    """A test double: a fixed ranking per query (most relevant first), a default one otherwise; shared on copy."""
-
-    def __init__(self, default: list[Passage], table: dict[str, list[Passage]] | None = None):
-        self.default, self.table, self.queries = default, table or {}, []
-
-    def __call__(self, query: str, k: int) -> list[Passage]:
-        self.queries.append(query)
-        return self.table.get(query, self.default)[:k]
-
-    def __deepcopy__(self, memo):
-        return self
 
 
 def run(program, lm, question=QUESTION):
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         return program(question=question)
-
-
-def test_registry_names_every_method_and_builds_each_from_the_same_components():
-    retriever = TableRetriever([passage("A")])
-    assert {"closed-book", "rag", "drag", "iterdrag"} <= set(PROGRAMS)
-    assert len(PROGRAMS) == 15
-    for cls in PROGRAMS.values():
-        assert isinstance(cls(retriever=retriever, k=2), dspy.Module)
-
-
-def test_closed_book_answers_without_passages():
-    pred = run(ClosedBook(), DummyLM([{"answer": "Tolkien"}]))
-    assert pred.answer == "Tolkien"
-    assert pred.passages == []
-
-
-@pytest.mark.parametrize("cls", [RAG, DRAG])
-def test_rag_and_drag_put_the_most_relevant_document_last_and_report_passages(cls):
-    best, second, third = passage("Best"), passage("Second"), passage("Third")
-    lm = DummyLM([{"answer": "Tolkien"}])
-    pred = run(cls(TableRetriever([best, second, third, passage("Fourth")]), k=3), lm)
-    assert pred.answer == "Tolkien"
-    assert pred.passages == [{"id": p.id, "title": p.title} for p in (third, second, best)]
-    prompt = lm.history[-1]["messages"][-1]["content"]
-    positions = [prompt.index(format_passage(p)) for p in (third, second, best)]
-    assert positions == sorted(positions)
 
 
 def test_iterdrag_stops_when_the_model_says_no_follow_up_is_needed():
@@ -151,21 +109,6 @@ def test_a_copied_program_shares_its_index_backed_retriever_but_not_its_predicto
         assert copied.decompose is not program.decompose
 
 
-@pytest.mark.parametrize("method", sorted(PROGRAMS))
-def test_every_program_says_how_many_documents_each_predictor_that_reads_documents_sees(method):
-    program = build_program(method, TableRetriever([]), k=4, max_iterations=2)
-    seen = program.max_documents()
-    readers = {name for name, p in program.named_predictors() if "documents" in p.signature.input_fields}
-    assert set(seen) == readers
-    assert all(count >= 4 for count in seen.values())
-
-
-def test_build_program_gives_iterdrag_its_iterations_and_names_the_valid_methods():
-    assert build_program("iterdrag", None, k=2, max_iterations=5).max_iterations == 5
-    with pytest.raises(ValueError, match=r"unknown method 'ragg'.*closed-book.*self-rag"):
-        build_program("ragg")
-
-
 @pytest.mark.parametrize("text", ["none", "None.", "", "No follow-up needed", "no further follow-ups", "N/A"])
 def test_a_decomposition_that_writes_none_ends_the_loop(text):
     assert no_follow_up(text)
@@ -199,11 +142,6 @@ def test_iterdrag_reports_its_follow_ups_those_written_as_questions_and_demonstr
     assert program.demonstrates(bridge, pred) and not program.demonstrates(bridge, skipped)
     assert not program.demonstrates(bridge, stated)  # a statement in place of a sub-query is not taught
     assert program.demonstrates(single, skipped)
-
-
-@pytest.mark.parametrize("method", ["closed-book", "rag", "drag"])
-def test_a_method_without_a_defining_step_says_so_with_no_behaviour(method):
-    assert PROGRAMS[method].behaviour(QUESTION, dspy.Prediction(answer="x", passages=[])) == {}
 
 
 def test_a_follow_up_that_copies_the_q_a_framing_is_read_as_its_question_and_a_copied_one_is_a_repeat():
