@@ -105,3 +105,13 @@ def test_the_embedder_runs_on_the_gpu_where_torch_sees_one():
     import torch
 
     assert MiniLMEmbedder().device == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_the_embedder_runs_packed_linear_layers_on_cpu_with_the_dense_layers_embeddings(corpus):
+    from ragscale.programs.lm.packed import PackedLinear
+
+    texts = [f"{p['title']}: {p['text']}" for p in corpus[:12]]
+    packed, dense = MiniLMEmbedder(precision="fp32"), MiniLMEmbedder(precision="fp32", pack=False)
+    assert any(isinstance(m, PackedLinear) for m in packed._load()[1].modules())
+    assert not any(isinstance(m, PackedLinear) for m in dense._load()[1].modules())
+    assert np.abs(packed.embed(texts) - dense.embed(texts)).max() < 1e-5

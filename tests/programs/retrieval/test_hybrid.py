@@ -1,8 +1,11 @@
-"""Reciprocal rank fusion: how the hybrid retriever and RAG-Fusion merge rankings."""
+"""Reciprocal rank fusion: how the hybrid retriever and RAG-Fusion merge rankings, and the hybrid retriever's scores
+over the real dense and BM25 indexes."""
 
 import pytest
 
-from ragscale.programs.retrieval import Passage, rrf
+from ragscale.programs.retrieval import BM25Retriever, HybridRetriever, Passage, rrf
+
+QUESTION = "In which county is the town in which Raymond Robertsen was born ?"
 
 
 def ranking(*ids: str) -> list[Passage]:
@@ -40,3 +43,12 @@ def test_rrf_counts_a_passage_repeated_in_one_ranking_once_at_its_best_rank():
 def test_rrf_rejects_a_weight_count_that_does_not_match_the_rankings():
     with pytest.raises(ValueError, match="2 weights for 1 rankings"):
         rrf([ranking("a")], weights=[1.0, 2.0])
+
+
+def test_hybrid_scores_are_the_rrf_of_both_sides(dense, corpus, tmp_path):
+    bm25 = BM25Retriever(corpus, index_dir=tmp_path)
+    hybrid = HybridRetriever(dense, bm25)
+    top = hybrid(QUESTION, 1)[0]
+    dense_rank = [p.id for p in dense(QUESTION, 20)].index(top.id) + 1
+    bm25_rank = [p.id for p in bm25(QUESTION, 20)].index(top.id) + 1
+    assert top.score == pytest.approx(1 / (60 + dense_rank) + 1 / (60 + bm25_rank))
