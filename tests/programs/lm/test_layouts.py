@@ -25,23 +25,6 @@ def logits_and_greedy(model, tokenizer, steps: int = 12):
     return logits, out.sequences[0, ids.shape[1] :].tolist()
 
 
-def test_packed_linear_layers_give_the_dense_layers_logits(engine):
-    import torch
-
-    from ragscale.programs.lm.models import load_model
-    from ragscale.programs.lm.packed import PackedLinear
-
-    dense, _ = load_model("smollm2-135m", weights="dense")
-    assert not any(isinstance(m, PackedLinear) for m in dense.modules())
-    assert not any(type(m) is torch.nn.Linear for m in engine.model.modules())  # packed by default on CPU
-    ids = torch.tensor([engine.tokenizer(EIFFEL).input_ids])
-    with torch.inference_mode():
-        packed_logits, dense_logits = engine.model(input_ids=ids).logits, dense(input_ids=ids).logits
-    assert packed_logits.shape == dense_logits.shape
-    torch.testing.assert_close(packed_logits, dense_logits, rtol=1e-4, atol=1e-3)
-    assert torch.equal(packed_logits.argmax(-1), dense_logits.argmax(-1))
-
-
 def test_int8_weights_decode_the_float32_layouts_greedy_tokens_with_close_logits(engine, monkeypatch):
     import torch
 
