@@ -156,6 +156,15 @@ def find_run(runs: Sequence[RunResult], ref: str) -> RunResult:
     raise ValueError(f"--baseline {ref!r} {what}; runs: {known}")
 
 
+def retrieves(run: RunResult) -> bool:
+    """Whether the run's method searches a corpus (its ``Method.retrieves``); a method no longer registered is taken
+    to retrieve."""
+    from ragscale.programs import PROGRAMS
+
+    method = PROGRAMS.get(run.method)
+    return method is None or method.retrieves
+
+
 def other_corpus(a: RunResult, b: RunResult) -> bool:
     """Whether two runs searched different corpora (a run that searches none, closed-book, pairs with any)."""
     return bool(a.corpus_sha256 and b.corpus_sha256 and a.corpus_sha256 != b.corpus_sha256)
@@ -163,7 +172,7 @@ def other_corpus(a: RunResult, b: RunResult) -> bool:
 
 def default_baseline(runs: Sequence[RunResult], run: RunResult) -> RunResult | None:
     same_data = [r for r in runs if r.dataset == run.dataset and not other_corpus(r, run)]
-    closed = [r for r in same_data if r.method == "closed-book"]
+    closed = [r for r in same_data if not retrieves(r)]
     same_lm = [r for r in closed if r.lm == run.lm]
     for pool in (same_lm, closed):
         if pool:
@@ -208,7 +217,7 @@ def compare_runs(
         shown = [r for r in finished if latest[r.key] is r]
     shown += [r for r in runs if r.status != "FINISHED"]
     rows = []
-    for run in sorted(shown, key=lambda r: (r.dataset, r.lm, r.method != "closed-book", r.method, r.optimizer)):
+    for run in sorted(shown, key=lambda r: (r.dataset, r.lm, retrieves(r), r.method, r.optimizer)):
         base = fixed or default_baseline(finished, run)
         if base is not None and other_corpus(base, run):
             base = None  # never paired: the questions met other passages

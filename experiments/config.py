@@ -12,7 +12,7 @@ OpenAI-compatible server model).
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +67,10 @@ class RunConfig:
     retriever: str = "hybrid"
     corpus: str | None = None
     chroma_url: str | None = None
-    k: int = 5
-    max_iterations: int = 3
-    max_demos: int = 4
-    max_docs_per_demo: int = 3
+    docs: int = 5
+    iterations: int = 3
+    shots: int = 4
+    docs_per_demo: int = 3
     metric: str = "em"
     limit: int | None = None
     train_limit: int | None = 64
@@ -126,10 +126,10 @@ class RunConfig:
                 f"budget must be one of {', '.join(GEPA_BUDGETS)} or a number of metric calls, got {self.budget!r}"
             )
         for name, low in (
-            ("k", 1),
-            ("max_iterations", 1),
-            ("max_demos", 0),
-            ("max_docs_per_demo", 0),
+            ("docs", 1),
+            ("iterations", 1),
+            ("shots", 0),
+            ("docs_per_demo", 0),
             ("max_tokens", 1),
             ("threads", 1),
             ("limit", 1),
@@ -228,6 +228,14 @@ _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
 """What each annotation of a ``RunConfig`` field accepts, and how an error names it."""
 
 _FIELD_TYPES = {f.name: f.type for f in fields(RunConfig)}
+
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
+"""Each field's default, the one place it is written: command-line help reads it from here."""
+
+
+def with_default(text: str, name: str) -> str:
+    """A flag's help ``text`` followed by the default of field ``name``: "text (default: value)"."""
+    return f"{text} (default: {DEFAULTS[name]})"
 
 
 def _check_type(name: str, value: Any) -> None:

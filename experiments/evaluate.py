@@ -95,7 +95,7 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
     latency = time.perf_counter() - start
     titles, ids = _titles_and_ids(getattr(pred, "passages", None) if pred is not None else None)
     ok = error is None
-    behaviour = program.behaviour(example.question, pred) if ok and hasattr(program, "behaviour") else {}
+    behaviour = program.behaviour(example.question, pred) if ok else {}
     return {
         "id": str(example.id),
         "question": example.question,
@@ -151,7 +151,7 @@ def evaluate(
             for record in records:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
             out.flush()
-            retrieves = getattr(program, "retriever", None) is not None  # closed-book has no recall to report
+            retrieves = program.retrieves  # a method that retrieves nothing has no recall to report
             futures = [
                 pool.submit(contextvars.copy_context().run, answer_one, program, ex, retrieves=retrieves) for ex in todo
             ]

@@ -16,7 +16,7 @@ from ragscale.experiments.config import RunConfig
 
 KEY_FIELDS = (
     "method", "dataset", "optimizer", "lm", "teacher", "api_base", "teacher_api_base", "weights", "adapter",
-    "max_tokens", "retriever", "k", "max_iterations", "max_demos", "max_docs_per_demo", "metric", "limit",
+    "max_tokens", "retriever", "docs", "iterations", "shots", "docs_per_demo", "metric", "limit",
     "train_limit", "seed",
 )  # fmt: skip
 

@@ -7,8 +7,8 @@ or value at fault:
 
 - ``check_inputs(config)``: the model name (a path must be a model folder or a whole GGUF file), the data folder
   holding the dataset, every line of the train and evaluation files (``read_jsonl``: JSON, UTF-8, the schema, unique
-  question ids), the corpus the run searches (every line of a corpus file) and k against its passages, and the runs
-  directory writable, and the servers it names by URL answering (``reach.check_reachable``: ``--api-base``,
+  question ids), the corpus the run searches (every line of a corpus file) and ``docs`` against its passages, and
+  the runs directory writable, and the servers it names by URL answering (``reach.check_reachable``: ``--api-base``,
   ``--teacher-api-base``, ``--chroma-url``);
 - ``check_lm(name, flag)``: a model given as a path, without loading it;
 - ``check_writable_dir(path, flag)`` and ``check_output_file(path, flag)``: a folder or a file path that the command
@@ -24,13 +24,12 @@ from pathlib import Path
 
 from ragscale.experiments.config import ConfigError, RunConfig
 
-CLOSED_BOOK = "closed-book"
-"""The method that retrieves nothing: its k is not checked against the corpus."""
-
 
 def check_inputs(config: RunConfig) -> None:
     """Everything of ``config`` that can be checked without loading a model (see the module docstring); the runs
     directory is created, so it is checked last, once nothing else is wrong."""
+    from ragscale.programs import method_named
+
     check_lm(config.lm, "--lm")
     if config.teacher is not None:
         check_lm(config.teacher, "--teacher")
@@ -38,8 +37,8 @@ def check_inputs(config: RunConfig) -> None:
         check_lm(config.reflection_lm, "--reflection-lm")
     check_servers(config)
     train, evalset = read_examples(config)
-    if config.method != CLOSED_BOOK:
-        check_k(config, train, evalset)
+    if method_named(config.method).retrieves:  # one that retrieves nothing reads no corpus
+        check_docs(config, train, evalset)
     check_writable_dir(config.runs_dir, "--runs-dir")
 
 
@@ -110,12 +109,12 @@ def _missing_data(config: RunConfig, missing: list[Path]) -> str:
     return f"{where} has no {names} for --dataset {config.dataset}; {holds}"
 
 
-def check_k(config: RunConfig, train: list[dict], evalset: list[dict]) -> None:
+def check_docs(config: RunConfig, train: list[dict], evalset: list[dict]) -> None:
     """The corpus the run searches can be read (``data.corpora``: every line of a corpus file is checked) and
-    holds at least k passages: more can never be retrieved, and a k far beyond the corpus is a typo."""
+    holds at least ``docs`` passages: more can never be retrieved, and a number far beyond the corpus is a typo."""
     corpus = corpus_for(config, train, evalset)
-    if config.k > len(corpus):
-        raise ConfigError(f"--k {config.k} is more than the {len(corpus)} passages of --corpus {corpus.name}")
+    if config.docs > len(corpus):
+        raise ConfigError(f"--docs {config.docs} is more than the {len(corpus)} passages of --corpus {corpus.name}")
 
 
 def corpus_for(config: RunConfig, train, evalset):

@@ -32,7 +32,7 @@ from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, evaluate, summarize, write_tables
 from ragscale.experiments.files import exclusive, slug, write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
-from ragscale.experiments.inputs import CLOSED_BOOK, corpus_for
+from ragscale.experiments.inputs import corpus_for
 from ragscale.experiments.provenance import data_files, provenance_tags
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.traces import tracing
@@ -126,10 +126,10 @@ def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence, *
 
 
 def build_program_for(config: RunConfig, retriever):
-    """The config's method with its k (and IterDRAG's iterations) over ``retriever``."""
+    """The config's method with its documents per query (and its iterations, if it iterates) over ``retriever``."""
     from ragscale.programs import build_program
 
-    return build_program(config.method, retriever, k=config.k, max_iterations=config.max_iterations)
+    return build_program(config.method, retriever, k=config.docs, iterations=config.iterations)
 
 
 def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None, teacher_lm=None, reflection_lm=None):
@@ -141,7 +141,7 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
     from ragscale.optimizers.teleprompters import compile_program
 
     common = {
-        "max_demos": config.max_demos,
+        "max_demos": config.shots,
         "lm": lm,
         "adapter": adapter,
         "seed": config.seed,
@@ -154,7 +154,7 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         list(trainset),
         optimizer=config.optimizer,
         metric=SCORES[config.metric],
-        max_docs_per_demo=config.max_docs_per_demo,
+        max_docs_per_demo=config.docs_per_demo,
         threads=config.threads,
         **common,
     )
@@ -208,6 +208,7 @@ def run_experiment(
     import dspy
 
     from ragscale.optimizers.context import fits_context
+    from ragscale.programs import method_named
     from ragscale.programs.lm import make_adapter, meter
 
     if not 0 <= max_failed <= 1:
@@ -223,7 +224,7 @@ def run_experiment(
     if lm is None:
         lm = load_lm_for(config)
     corpus = None
-    if retriever is None and config.method != CLOSED_BOOK:  # read now: the run's key names the corpus
+    if retriever is None and method_named(config.method).retrieves:  # read now: the run's key names the corpus
         corpus = corpus_for(config, train, evalset)
     passages = corpus.passages if corpus is not None else None
     if check_context:  # fail before indexing and before a run is opened: the demo-less prompt must fit already

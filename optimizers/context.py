@@ -15,6 +15,7 @@ from typing import Any
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.lm.coerce import is_list
 from ragscale.programs.lm.prompt import context_window as window_of
 from ragscale.programs.lm.prompt import prompt_tokens
@@ -88,7 +89,7 @@ def linear_estimate(
 
 
 def check_fits_context(
-    program: dspy.Module,
+    program: Method,
     lm: dspy.BaseLM | None,
     *,
     question: str,
@@ -104,7 +105,7 @@ def check_fits_context(
     The prompt is formatted by the adapter (``adapter``, else ``dspy.settings.adapter``, else ChatAdapter) with
     the predictor's demonstrations as they are and stand-in inputs (``longest_inputs``): pass the longest
     question and a long formatted document (``format_passage``) of the data. A predictor sees
-    ``program.max_documents()[name]`` documents; list inputs such as follow-ups get ``program.max_iterations``
+    ``program.max_documents()[name]`` documents; list inputs such as follow-ups get ``program.max_list_items()``
     entries. Tokens are counted by ``prompt_tokens(lm, messages)`` (the LM's chat template and tokenizer), or by
     ``count_tokens`` per message plus its markup when given; the LM's ``max_tokens`` is reserved for the answer.
     The window defaults to ``context_window(lm)``. Returns ``{predictor name: estimated prompt tokens}``.
@@ -124,8 +125,8 @@ def check_fits_context(
     reserve = int(kwargs.get("max_tokens") or 0)
     adapter = adapter or dspy.settings.adapter or dspy.ChatAdapter()
     documents = program.max_documents()
-    demo_documents = max_docs_per_demo if getattr(program, "demo_documents", True) else 0
-    follow_ups = getattr(program, "max_iterations", 1)
+    demo_documents = max_docs_per_demo if program.demo_documents else 0
+    follow_ups = program.max_list_items()
     estimates: dict[str, int] = {}
     for name, predictor in program.named_predictors():
         tokens = partial(_longest_prompt_tokens, predictor, lm, adapter, count_tokens, question, document)

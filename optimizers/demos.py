@@ -18,6 +18,7 @@ import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
 from ragscale.optimizers.metrics import gold_answers
+from ragscale.programs.base import Method
 from ragscale.programs.lm.coerce import is_list
 from ragscale.programs.retrieval import format_passage, most_relevant_last
 
@@ -25,13 +26,12 @@ NO_FOLLOW_UP = "none"
 """What a labeled decomposition step writes when the follow-ups answered so far are enough (IterDRAG stops)."""
 
 
-def demo_documents(student: dspy.Module, query: str, max_docs: int) -> list[str] | None:
+def demo_documents(student: Method, query: str, max_docs: int) -> list[str] | None:
     """The documents a demonstration for ``query`` carries: the student's own retrieval (its ``k``), most
-    relevant last, the last ``max_docs`` kept; None when the student has no retriever or drops demo documents."""
-    retriever = getattr(student, "retriever", None)
-    if retriever is None or not getattr(student, "demo_documents", True):
+    relevant last, the last ``max_docs`` kept; None when the student retrieves nothing or drops demo documents."""
+    if not (student.retrieves and student.demo_documents) or student.retriever is None:
         return None
-    passages = most_relevant_last(retriever(query, getattr(student, "k", max_docs)))
+    passages = most_relevant_last(student.retriever(query, student.k))
     return [format_passage(p) for p in passages][max(0, len(passages) - max_docs) :]
 
 
@@ -80,7 +80,7 @@ class LabeledWithDocuments(Teleprompter):
     def __init__(self, k: int = 4, max_docs_per_demo: int = 5, seed: int = 0):
         self.k, self.max_docs_per_demo, self.seed = k, max_docs_per_demo, seed
 
-    def compile(self, student: dspy.Module, *, trainset: Sequence[dspy.Example]) -> dspy.Module:
+    def compile(self, student: Method, *, trainset: Sequence[dspy.Example]) -> Method:
         self.student = student.reset_copy()
         examples = random.Random(self.seed).sample(list(trainset), min(self.k, len(trainset)))
 
@@ -101,11 +101,11 @@ class LabeledWithDocuments(Teleprompter):
         return self.student
 
 
-def cap_demos(program: dspy.Module, max_demos: int, max_docs_per_demo: int) -> dspy.Module:
+def cap_demos(program: Method, max_demos: int, max_docs_per_demo: int) -> Method:
     """Keep at most ``max_demos`` demonstrations per predictor and ``max_docs_per_demo`` documents per
     demonstration (the last ones: most relevant last); drop them all when the program sets ``demo_documents =
     False``. Changes ``program`` in place and returns it."""
-    keep_documents = getattr(program, "demo_documents", True)
+    keep_documents = program.demo_documents
     for predictor in program.predictors():
         capped = []
         for demo in predictor.demos[:max_demos]:

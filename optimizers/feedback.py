@@ -14,9 +14,10 @@ from collections.abc import Callable
 import dspy
 
 from ragscale.optimizers.metrics import gold_answers
+from ragscale.programs.base import Method
 
 
-def feedback_of(example: dspy.Example, prediction: dspy.Prediction, score: float, program: dspy.Module) -> str:
+def feedback_of(example: dspy.Example, prediction: dspy.Prediction, score: float, program: Method) -> str:
     """What a reflection LM is told about one prediction (see the module docstring)."""
     notes = []
     if score < 1:
@@ -28,15 +29,14 @@ def feedback_of(example: dspy.Example, prediction: dspy.Prediction, score: float
     missing = [t for t in example.get("supporting_titles") or [] if t not in found]
     if prediction.get("passages") is not None and missing:
         notes.append(f"Retrieval missed the supporting documents titled: {', '.join(missing)}.")
-    demonstrates = getattr(program, "demonstrates", None)
-    if demonstrates is not None and not demonstrates(example, prediction):
+    if not program.demonstrates(example, prediction):
         shown = program.behaviour(example.question, prediction)
         described = ", ".join(f"{name} {value:g}" for name, value in shown.items())
         notes.append(f"The method's defining step did not happen as it should ({described}).")
     return " ".join(notes) or "The answer is right."
 
 
-def with_feedback(metric: Callable[..., float], program: dspy.Module) -> Callable[..., dspy.Prediction]:
+def with_feedback(metric: Callable[..., float], program: Method) -> Callable[..., dspy.Prediction]:
     """``metric`` as a GEPA feedback metric for ``program`` (see the module docstring)."""
 
     def scored(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Prediction:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval import Passage, format_passage
 from ragscale.signatures import Grade
@@ -70,23 +71,38 @@ def balance_labels(
     return turns[:k]
 
 
-def graders(program: dspy.Module) -> list[dspy.Predict]:
+class Grader(Method):
+    """One ``Predict(Grade)`` as a method of its own, so that a teleprompter compiles it as it compiles any method:
+    it retrieves nothing, and its demonstrations are (question, document) -> grade."""
+
+    name = "grader"
+    retrieves = False
+
+    def __init__(self):
+        super().__init__()
+        self.grade = dspy.Predict(Grade)
+
+    def forward(self, question: str, document: str) -> dspy.Prediction:
+        return self.grade(question=question, document=document)
+
+
+def graders(program: Method) -> list[dspy.Predict]:
     """The program's predictors whose signature is Grade's (question, document -> grade)."""
     fields = set(Grade.fields)
     return [p for p in program.predictors() if set(p.signature.fields) == fields]
 
 
 def compile_graders(
-    program: dspy.Module,
+    program: Method,
     trainset: Sequence[dspy.Example],
     *,
     optimizer: str,
     max_demos: int = 4,
     calibrate: bool = False,
     **kwargs,
-) -> dspy.Module:
-    """Compile one ``Predict(Grade)`` on ``grade_examples(trainset)`` with ``optimizer`` and give its demos and
-    instructions to every grader of ``program`` (changed in place and returned); with ``calibrate``, each grader
+) -> Method:
+    """Compile one ``Grader`` (a ``Predict(Grade)``) on ``grade_examples(trainset)`` with ``optimizer`` and give its
+    demos and instructions to every grader of ``program`` (changed in place and returned); with ``calibrate``, each grader
     (a ``CalibratedPredict``) then learns its prior on content-free inputs with ``kwargs["lm"]``, the LM that will
     grade. ``kwargs`` go to ``compile_program`` (lm, adapter, seed, ...). A program without graders, or ``none``,
     is returned as it is."""
@@ -98,9 +114,7 @@ def compile_graders(
     labelled = grade_examples(trainset)
     if not labelled:
         raise ValueError("compile_graders: no training example has paragraphs to label (field 'paragraphs')")
-    grader = compile_program(
-        dspy.Predict(Grade), labelled, optimizer=optimizer, metric=grade_match, max_demos=max_demos, **kwargs
-    )
+    grader = compile_program(Grader(), labelled, optimizer=optimizer, metric=grade_match, max_demos=max_demos, **kwargs)
     learned = grader.predictors()[0]
     demos = balance_labels(learned.demos, labelled, max_demos)
     for target in targets:

@@ -46,23 +46,24 @@ import dspy
 
 from ragscale.optimizers.bootstrap import ThreadedBootstrapFewShot
 from ragscale.optimizers.demos import LabeledWithDocuments, cap_demos
+from ragscale.programs.base import Method
 
 logger = logging.getLogger(__name__)
 
 Metric = Callable[..., float]
 
 
-def keeping_behaviour(metric: Metric, program: dspy.Module) -> Metric:
+def keeping_behaviour(metric: Metric, program: Method) -> Metric:
     """``metric``, except that a bootstrapped trace (``trace`` given) of a program that does not show its defining
     step (``program.demonstrates(example, prediction)`` False) scores 0. Scoring without a trace (candidates,
-    evaluation) is unchanged. A program without ``demonstrates`` keeps ``metric`` as it is."""
-    demonstrates = getattr(program, "demonstrates", None)
-    if demonstrates is None:
+    evaluation) is unchanged. A program that keeps ``Method``'s own ``demonstrates`` (every trace shows its step)
+    keeps ``metric`` as it is."""
+    if type(program).demonstrates is Method.demonstrates:
         return metric
 
     def accepted(example: dspy.Example, prediction: dspy.Prediction, trace=None) -> float:
         score = metric(example, prediction, trace)
-        if trace is None or demonstrates(example, prediction):
+        if trace is None or program.demonstrates(example, prediction):
             return score
         return 0.0
 
@@ -70,18 +71,16 @@ def keeping_behaviour(metric: Metric, program: dspy.Module) -> Metric:
     return accepted
 
 
-def _none(program: dspy.Module, trainset: list, **_: Any) -> dspy.Module:
+def _none(program: Method, trainset: list, **_: Any) -> Method:
     return program.reset_copy()
 
 
-def _labeled(
-    program: dspy.Module, trainset: list, *, max_demos: int, max_docs_per_demo: int, seed: int, **_: Any
-) -> dspy.Module:
+def _labeled(program: Method, trainset: list, *, max_demos: int, max_docs_per_demo: int, seed: int, **_: Any) -> Method:
     return LabeledWithDocuments(max_demos, max_docs_per_demo, seed).compile(program, trainset=trainset)
 
 
 def _bootstrap(
-    program: dspy.Module,
+    program: Method,
     trainset: list,
     *,
     metric: Metric,
@@ -92,7 +91,7 @@ def _bootstrap(
     teacher_settings: dict,
     threads: int = 1,
     **_: Any,
-) -> dspy.Module:
+) -> Method:
     trainset = random.Random(seed).sample(trainset, len(trainset))
     shown = trainset[:max_demos] if len(trainset) > max_demos else []  # shown to the teacher, not run on
     attempted = trainset[len(shown) :]
@@ -114,7 +113,7 @@ def _bootstrap(
 
 
 def _random_search(
-    program: dspy.Module,
+    program: Method,
     trainset: list,
     *,
     metric: Metric,
@@ -124,7 +123,7 @@ def _random_search(
     teacher_settings: dict,
     threads: int = 1,
     **_: Any,
-) -> dspy.Module:
+) -> Method:
     teleprompter = dspy.BootstrapFewShotWithRandomSearch(
         metric=metric,
         teacher_settings=teacher_settings,
@@ -137,7 +136,7 @@ def _random_search(
 
 
 def _mipro(
-    program: dspy.Module,
+    program: Method,
     trainset: list,
     *,
     metric: Metric,
@@ -147,7 +146,7 @@ def _mipro(
     teacher_settings: dict,
     threads: int = 1,
     **_: Any,
-) -> dspy.Module:
+) -> Method:
     if importlib.util.find_spec("optuna") is None:  # checked first: DSPy needs it only after proposing instructions
         raise ImportError("the mipro optimizer needs optuna, an optional dependency of DSPy: pip install 'optuna>=3.4'")
     teleprompter = dspy.MIPROv2(
@@ -164,7 +163,7 @@ def _mipro(
 
 
 def _gepa(
-    program: dspy.Module,
+    program: Method,
     trainset: list,
     *,
     metric: Metric,
@@ -176,7 +175,7 @@ def _gepa(
     budget: str | None = None,
     threads: int = 1,
     **_: Any,
-) -> dspy.Module:
+) -> Method:
     from ragscale.optimizers.feedback import with_feedback
 
     reflection_lm = reflection_lm or teacher_settings.get("lm") or dspy.settings.lm
@@ -210,7 +209,7 @@ with it when no reflection LM is given."""
 
 
 def compile_program(
-    program: dspy.Module,
+    program: Method,
     trainset: Sequence[dspy.Example],
     *,
     optimizer: str,
@@ -227,7 +226,7 @@ def compile_program(
     teacher_lm: dspy.LM | None = None,
     reflection_lm: dspy.LM | None = None,
     budget: str | None = None,
-) -> dspy.Module:
+) -> Method:
     """Compile ``program`` on ``trainset`` with the teleprompter named ``optimizer`` and return a new program.
 
         ``metric(example, pred, trace=None)`` judges bootstrapped traces and candidates (``ragscale.optimizers

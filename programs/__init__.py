@@ -1,13 +1,12 @@
-"""What runs at inference time: one RAG method per module, registered by CLI name.
+"""What runs at inference time: one RAG method per module, each a ``Method`` (``programs/base.py``), registered by
+its CLI name.
 
-Every program is built as ``cls(retriever=..., k=...)`` (closed-book accepts and ignores both); a method's own
-knobs (``max_iterations``, ``n_queries``, ...) are keyword arguments with defaults. ``build_program`` is that
-call by name, with IterDRAG's iterations, the one knob a run configures. Every program says how many documents
-each of its predictors can see in one call (``max_documents()``), which the context-window check reads.
+Every method is built as ``cls(retriever=..., k=...)`` (closed-book accepts and ignores both), plus
+``max_iterations`` when it iterates (IterDRAG's n); its other knobs (``n_queries``, ...) are keyword arguments with
+defaults. ``build_program`` is that call by name; ``method_named`` is the class, for what a method declares.
 """
 
-import dspy
-
+from ragscale.programs.base import Method
 from ragscale.programs.closed_book import ClosedBook
 from ragscale.programs.crag import CRAG
 from ragscale.programs.decompose_individual import DecomposeIndividual
@@ -24,35 +23,41 @@ from ragscale.programs.search_chain import SearchChain
 from ragscale.programs.self_rag import SelfRAG
 from ragscale.programs.step_back import StepBackRAG
 
-PROGRAMS: dict[str, type] = {
-    # Yue et al. 2024, "Inference Scaling for Long-Context RAG"
-    "closed-book": ClosedBook,
-    "rag": RAG,
-    "drag": DRAG,
-    "iterdrag": IterDRAG,
-    # query transformations, multi-step and self-reflective RAG
-    "multi-query": MultiQuery,
-    "rag-fusion": RAGFusion,
-    "decompose-recursive": DecomposeRecursive,
-    "decompose-individual": DecomposeIndividual,
-    "step-back": StepBackRAG,
-    "hyde": HyDE,
-    "ircot": IRCoT,
-    "search-chain": SearchChain,
-    "rat": RAT,
-    "crag": CRAG,
-    "self-rag": SelfRAG,
+PROGRAMS: dict[str, type[Method]] = {
+    method.name: method
+    for method in (
+        # Yue et al. 2024, "Inference Scaling for Long-Context RAG"
+        ClosedBook,
+        RAG,
+        DRAG,
+        IterDRAG,
+        # query transformations, multi-step and self-reflective RAG
+        MultiQuery,
+        RAGFusion,
+        DecomposeRecursive,
+        DecomposeIndividual,
+        StepBackRAG,
+        HyDE,
+        IRCoT,
+        SearchChain,
+        RAT,
+        CRAG,
+        SelfRAG,
+    )
 }
 
 
-def build_program(method: str, retriever=None, *, k: int = 5, max_iterations: int = 3) -> dspy.Module:
-    """``PROGRAMS[method](retriever=retriever, k=k)``; IterDRAG also gets ``max_iterations`` (its n). An unknown
-    method raises ``ValueError`` listing the valid ones."""
+def method_named(method: str) -> type[Method]:
+    """The registered class of ``method``; an unknown name raises ``ValueError`` listing the valid ones."""
     if method not in PROGRAMS:
         raise ValueError(f"unknown method {method!r}; valid choices: {', '.join(sorted(PROGRAMS))}")
-    if PROGRAMS[method] is IterDRAG:
-        return IterDRAG(retriever=retriever, k=k, max_iterations=max_iterations)
-    return PROGRAMS[method](retriever=retriever, k=k)
+    return PROGRAMS[method]
+
+
+def build_program(method: str, retriever=None, *, k: int, iterations: int) -> Method:
+    """``method_named(method)(retriever=retriever, k=k)``, with ``max_iterations=iterations`` when it iterates."""
+    cls = method_named(method)
+    return cls(retriever=retriever, k=k, max_iterations=iterations) if cls.iterates else cls(retriever=retriever, k=k)
 
 
 __all__ = [
@@ -67,10 +72,12 @@ __all__ = [
     "HyDE",
     "IRCoT",
     "IterDRAG",
+    "Method",
     "MultiQuery",
     "RAGFusion",
     "SearchChain",
     "SelfRAG",
     "StepBackRAG",
     "build_program",
+    "method_named",
 ]

@@ -8,24 +8,19 @@ accepts and ignores ``retriever`` and ``k`` so every method is built the same wa
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.signatures import AnswerClosedBook
 
 
-class ClosedBook(dspy.Module):
+class ClosedBook(Method):
     """question -> answer, no passages."""
+
+    name = "closed-book"
+    retrieves = False
 
     def __init__(self, retriever: object = None, k: int = 0):
         super().__init__()
         self.answer = dspy.Predict(AnswerClosedBook)
-
-    def max_documents(self) -> dict[str, int]:
-        """The most documents each predictor can see in one call (for context-window checks): none."""
-        return {}
-
-    @staticmethod
-    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
-        """{}: no defining step, it answers from the model's parameters alone (``ragscale.programs.behaviour``)."""
-        return {}
 
     def forward(self, question: str) -> dspy.Prediction:
         answer = self.answer(question=question).answer

@@ -13,6 +13,7 @@ labels; ``compile_graders(calibrate=True)`` also corrects its prior, off by defa
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, Grade
@@ -21,8 +22,10 @@ from ragscale.signatures.methods import Rewrite
 GRADES = ("relevant", "irrelevant", "ambiguous")
 
 
-class CRAG(dspy.Module):
+class CRAG(Method):
     """retrieve -> grade each; correct: keep relevant; else rewrite -> fallback search; answer."""
+
+    name = "crag"
 
     def __init__(self, retriever, k: int = 5, fallback=None, fallback_k: int | None = None):
         super().__init__()

@@ -10,14 +10,17 @@ each over its own passages, and ``Predict(Synthesize)`` answers from the pairs a
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.behaviour import is_multi_hop, sub_question_counts
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import AnswerSub, Synthesize
 from ragscale.signatures.methods import ListSubQuestions
 
 
-class DecomposeIndividual(dspy.Module):
+class DecomposeIndividual(Method):
     """decompose(question) -> sub-questions; each: retrieve -> answer_sub; synthesize(pairs, passages)."""
+
+    name = "decompose-individual"
 
     def __init__(self, retriever, k: int = 3, max_sub_questions: int = 4):
         super().__init__()

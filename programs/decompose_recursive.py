@@ -10,13 +10,16 @@ answers them and then the question itself, given the ``answered`` pairs so far.
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.behaviour import is_multi_hop, sub_question_counts
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures.methods import AnswerInOrder, ListSubQuestions
 
 
-class DecomposeRecursive(dspy.Module):
+class DecomposeRecursive(Method):
     """decompose(question) -> sub-questions; for each, then the question: retrieve -> answer(earlier pairs)."""
+
+    name = "decompose-recursive"
 
     def __init__(self, retriever, k: int = 3, max_sub_questions: int = 4):
         super().__init__()

@@ -17,4 +17,5 @@ from ragscale.programs.rag import RAG
 class DRAG(RAG):
     """m x (documents, question, answer) demonstrations, then retrieve(question, k) -> answer."""
 
+    name = "drag"
     demo_documents = True  # each demonstration keeps the documents retrieved for its own question

@@ -12,12 +12,15 @@ the passage's words too); when it exposes a dense-only path as an attribute ``de
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, Hypothesize
 
 
-class HyDE(dspy.Module):
+class HyDE(Method):
     """hypothesize(question) -> passage; retrieve(passage, k), dense-only when offered; answer."""
+
+    name = "hyde"
 
     def __init__(self, retriever, k: int = 5):
         super().__init__()

@@ -15,6 +15,7 @@ computed prefixes computes only what the step added.
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.behaviour import is_multi_hop
 from ragscale.programs.retrieval import Passage, format_passage, most_relevant_last, references
 from ragscale.signatures import Answer
@@ -23,8 +24,10 @@ from ragscale.signatures.methods import ContinueReasoning
 ANSWER_MARKER = "the answer is"
 
 
-class IRCoT(dspy.Module):
+class IRCoT(Method):
     """retrieve(question); repeat: reason -> next sentence; stop at 'the answer is'; retrieve(sentence); answer."""
+
+    name = "ircot"
 
     def __init__(self, retriever, k: int = 3, max_steps: int = 4, max_passages: int = 15):
         super().__init__()

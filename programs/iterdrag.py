@@ -30,6 +30,7 @@ import re
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from ragscale.programs.base import Method
 from ragscale.programs.behaviour import answered, is_multi_hop, same_question
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import AnswerSub, Decompose, Synthesize
@@ -59,10 +60,11 @@ def no_follow_up(text: str) -> bool:
     return not text.strip() or NO_FOLLOW_UP.fullmatch(text.strip(" .!\"'`*")) is not None
 
 
-class IterDRAG(dspy.Module):
+class IterDRAG(Method):
     """retrieve(question); repeat: decompose -> retrieve(follow-up) -> answer_sub; synthesize."""
 
-    demo_documents = True
+    name = "iterdrag"
+    iterates = True
 
     def __init__(self, retriever, k: int = 3, max_iterations: int = 3, resample: int = 3):
         super().__init__()
@@ -76,6 +78,10 @@ class IterDRAG(dspy.Module):
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor can see in one call (for context-window checks)."""
         return {"answer_sub": self.k, "synthesize": self.k * (self.max_iterations + 1)}
+
+    def max_list_items(self) -> int:
+        """Follow-ups so far: at most ``max_iterations``."""
+        return self.max_iterations
 
     @staticmethod
     def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:

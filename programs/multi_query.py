@@ -10,14 +10,17 @@ each passage reached and placed most relevant last.
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.behaviour import distinct
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import Answer
 from ragscale.signatures.methods import Rephrase
 
 
-class MultiQuery(dspy.Module):
+class MultiQuery(Method):
     """rephrase(question) -> n queries; retrieve(each, k); answer(union of the passages, question)."""
+
+    name = "multi-query"
 
     def __init__(self, retriever, k: int = 5, n_queries: int = 3):
         super().__init__()

@@ -11,29 +11,21 @@ them), so extra shots add little context -- the paper's many-shot QA setting. DR
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer
 
 
-class RAG(dspy.Module):
+class RAG(Method):
     """retrieve(question, k) -> answer(documents, question)."""
 
+    name = "rag"
     demo_documents = False  # compiled demonstrations are question -> answer pairs
 
     def __init__(self, retriever, k: int = 5):
         super().__init__()
         self.retriever, self.k = retriever, k
         self.answer = dspy.Predict(Answer)
-
-    def max_documents(self) -> dict[str, int]:
-        """The most documents each predictor can see in one call (for context-window checks)."""
-        return {"answer": self.k}
-
-    @staticmethod
-    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
-        """{}: no defining step at test time beyond retrieve-then-answer (DRAG's is in its
-        demonstrations) (``ragscale.programs.behaviour``)."""
-        return {}
 
     def forward(self, question: str) -> dspy.Prediction:
         passages = most_relevant_last(self.retriever(question, self.k))

@@ -10,14 +10,17 @@ original question's ranking is fused with theirs by ``rrf`` from the retrieval p
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.behaviour import distinct
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references, rrf
 from ragscale.signatures import Answer
 from ragscale.signatures.methods import Rephrase
 
 
-class RAGFusion(dspy.Module):
+class RAGFusion(Method):
     """rephrase(question) -> n queries; retrieve(each); rrf -> top k; answer."""
+
+    name = "rag-fusion"
 
     def __init__(self, retriever, k: int = 5, n_queries: int = 3, depth: int | None = None):
         super().__init__()

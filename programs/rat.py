@@ -10,13 +10,16 @@ per step (capped by ``max_steps``), and ``Predict(AnswerFromReasoning)`` answers
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.behaviour import same_question
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures.methods import AnswerFromReasoning, DraftSteps, ReviseStep, WriteQuery
 
 
-class RAT(dspy.Module):
+class RAT(Method):
     """draft(question) -> steps; each step: write_query -> retrieve -> revise; answer(revised steps)."""
+
+    name = "rat"
 
     def __init__(self, retriever, k: int = 3, max_steps: int = 5):
         super().__init__()

@@ -16,6 +16,7 @@ passages merged by rank (at most ``max_passages``, as IRCoT's reader).
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last, references
 from ragscale.signatures import Synthesize
 from ragscale.signatures.methods import PlanChain, ReplanChain, Verify
@@ -27,8 +28,10 @@ def chain_of(plan: dspy.Prediction) -> list[tuple[str, str]]:
     return list(zip(plan.queries, expected, strict=False))
 
 
-class SearchChain(dspy.Module):
+class SearchChain(Method):
     """plan(question) -> chain; each node: retrieve -> verify (correct, replan the rest); answer(checked chain)."""
+
+    name = "search-chain"
 
     def __init__(self, retriever, k: int = 3, max_nodes: int = 6, max_replans: int = 2, max_passages: int = 15):
         super().__init__()

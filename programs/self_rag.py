@@ -13,6 +13,7 @@ round by (support, usefulness) gives the answer. Without retrieval, ``Predict(An
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, AnswerClosedBook, Grade
@@ -21,8 +22,10 @@ from ragscale.signatures.methods import CheckSupport, DecideRetrieval, RateUsefu
 SUPPORT_RANK = {"none": 0, "partially": 1, "fully": 2}
 
 
-class SelfRAG(dspy.Module):
+class SelfRAG(Method):
     """decide; per round: retrieve -> grade -> answer -> check_support, rate; rewrite and retry; best round."""
+
+    name = "self-rag"
 
     def __init__(self, retriever, k: int = 5, max_rounds: int = 2, min_usefulness: int = 4):
         super().__init__()

@@ -11,13 +11,16 @@ One list lets labeled demonstrations, demo caps and the context check treat them
 
 import dspy
 
+from ragscale.programs.base import Method
 from ragscale.programs.behaviour import distinct, same_question
 from ragscale.programs.retrieval import format_passage, most_relevant_last, references
 from ragscale.signatures import Answer, StepBack
 
 
-class StepBackRAG(dspy.Module):
+class StepBackRAG(Method):
     """step_back(question); retrieve(step-back question), retrieve(question); answer(both contexts)."""
+
+    name = "step-back"
 
     def __init__(self, retriever, k: int = 5):
         super().__init__()

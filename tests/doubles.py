@@ -1,12 +1,14 @@
 """Test doubles shared by several test modules (``pythonpath = ["tests"]`` makes them importable as ``doubles``)."""
 
 import json
+import threading
 
 import dspy
 from dspy.lm15 import Message, Response, TextPart, Usage
 
 from ragscale.programs.lm.engine import choice_logprobs, enum_choices
 from ragscale.programs.lm.meter import MeteredLM
+from ragscale.programs.lm.prompt import render_chat, request_messages
 from ragscale.programs.retrieval import Passage
 
 BEST, SECOND, THIRD = (Passage(id=f"id-{n}", title=n, text=f"{n} text.") for n in ("Best", "Second", "Third"))
@@ -194,3 +196,51 @@ def biased_lm(engine: BiasedGrader) -> MeteredLM:
     return MeteredLM(
         "local/biased", engine=engine, async_engine=AsyncOf(engine), cache=False, num_retries=0, context_window=4096
     )
+
+
+N_ITERATIONS_SCRIPTED = 2  # TokenizerEngine's decomposer asks this many follow-ups, then says none is needed
+
+
+class TokenizerEngine:
+    """Renders and counts like `TorchEngine` (SmolLM2's chat template and tokenizer), answers from a script.
+
+    The script's reader answers a question with its gold answer when that answer is in the prompt's documents
+    (``golds``: question -> answer), else "1990": more documents answer more questions, as with a real reader.
+    """
+
+    def __init__(self, tokenizer, golds: dict[str, str] | None = None):
+        self.tokenizer, self._tok_lock, self.context_window = tokenizer, threading.Lock(), 8192
+        self.golds, self.calls = golds or {}, 0
+
+    def render_messages(self, messages):
+        return render_chat(self.tokenizer, messages)
+
+    def count_tokens(self, text: str) -> int:
+        with self._tok_lock:
+            return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def complete(self, request):
+        self.calls += 1
+        prompt = self.render_messages(request_messages(request))
+        tail = prompt.rsplit("\n", 1)[-1]
+        if tail.startswith("follow_up"):
+            asked = prompt.count("Q: Which")
+            text = f" Which year is meant in step {asked + 1}?" if asked < N_ITERATIONS_SCRIPTED else " none"
+        else:
+            asked = prompt.rsplit("question: ", 1)[-1]
+            seen = [gold for question, gold in self.golds.items() if asked.startswith(question) and gold in prompt]
+            text = f" {seen[0]}" if seen else " 1990"
+        return Response(
+            id=None,
+            model="scripted-smollm2",
+            message=Message.assistant([TextPart(text)]),
+            finish_reason="stop",
+            usage=Usage(input_tokens=self.count_tokens(prompt), output_tokens=3, total_tokens=0),
+        )
+
+
+def tokenizer_lm(tokenizer, examples=None) -> MeteredLM:
+    """A metered LM on a ``TokenizerEngine``; ``examples`` (train, dev) give the reader its gold answers."""
+    golds = {ex.question: ex.answers[0] for ex in examples[1]} if examples else None
+    engine = TokenizerEngine(tokenizer, golds)
+    return MeteredLM("local/scripted", engine=engine, cache=False, num_retries=0, context_window=8192)

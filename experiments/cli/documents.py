@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ragscale.experiments.config import ConfigError
+from ragscale.experiments.config import DEFAULTS, ConfigError, with_default
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_lm, check_output_file, check_writable_dir
 from ragscale.programs.lm.models import DEFAULT_LM
@@ -107,7 +107,15 @@ def add_ask(subparsers) -> None:
     ask_cmd.add_argument("--lm", default=DEFAULT_LM, help="a preset, model dir, .gguf, or openai/<model>")
     ask_cmd.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server for --lm")
     ask_cmd.add_argument("--adapter", choices=sorted(ADAPTERS), default="field", help="prompt format")
-    ask_cmd.add_argument("--k", type=int, default=5, help="passages per retrieval (default: 5)")
+    ask_cmd.add_argument(
+        "--docs", type=int, default=DEFAULTS["docs"], help=with_default("documents retrieved per query", "docs")
+    )
+    ask_cmd.add_argument(
+        "--iterations",
+        type=int,
+        default=DEFAULTS["iterations"],
+        help=with_default("iterations of a method that iterates (IterDRAG's n)", "iterations"),
+    )
     ask_cmd.add_argument(
         "--rerank", type=int, default=0, metavar="DEPTH", help="grade DEPTH hybrid candidates with the LM first"
     )
@@ -132,8 +140,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     if not Collection(args.collection, args.runs_dir).exists:
         raise ConfigError(f"no collection {args.collection!r} under {args.runs_dir / 'collections'}")
-    if args.k < 1 or args.rerank < 0:
-        raise ConfigError(f"--k must be >= 1 and --rerank >= 0, got --k {args.k} --rerank {args.rerank}")
+    for flag, value, low in (
+        ("--docs", args.docs, 1),
+        ("--iterations", args.iterations, 1),
+        ("--rerank", args.rerank, 0),
+    ):
+        if value < low:
+            raise ConfigError(f"{flag} must be >= {low}, got {value}")
     if not args.question.strip():
         raise ConfigError("the question is empty")
     check_lm(args.lm)
@@ -146,7 +159,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
             collection=args.collection,
             runs_dir=args.runs_dir,
             method=args.method,
-            k=args.k,
+            docs=args.docs,
+            iterations=args.iterations,
             rerank_depth=args.rerank,
             rerank_order=args.rerank_order,
         )

@@ -7,13 +7,14 @@ import json
 import sys
 from pathlib import Path
 
-from ragscale.experiments.config import CORPUS_HELP, ConfigError, RunConfig
+from ragscale.experiments.config import CORPUS_HELP, ConfigError, RunConfig, with_default
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 
 
 def add_run(subparsers) -> None:
     from ragscale.data import DATASETS
+    from ragscale.experiments.runner import MAX_FAILED
     from ragscale.optimizers.metrics import METRICS
     from ragscale.optimizers.teleprompters import OPTIMIZERS
     from ragscale.programs import PROGRAMS
@@ -30,11 +31,10 @@ def add_run(subparsers) -> None:
     run.add_argument("--config", type=Path, help="a TOML run config (see runs/configs/)")
     run.add_argument("--method", choices=sorted(PROGRAMS), help="the RAG method")
     run.add_argument("--dataset", choices=list(DATASETS), help="dataset folder under --data-dir")
-    run.add_argument("--optimizer", choices=sorted(OPTIMIZERS), help="teleprompter (default: none)")
+    run.add_argument("--optimizer", choices=sorted(OPTIMIZERS), help=with_default("teleprompter", "optimizer"))
     run.add_argument(
         "--lm",
-        help="a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base "
-        "(default: qwen2.5-coder-0.5b)",
+        help=with_default("a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base", "lm"),
     )
     run.add_argument(
         "--teacher",
@@ -53,27 +53,34 @@ def add_run(subparsers) -> None:
         "bf16 (bfloat16), int8-bf16 (int8 for decoding, bfloat16 for prefill), dense (torch's)",
     )
     run.add_argument(
-        "--adapter", choices=sorted(ADAPTERS), help="how prompts are formatted and parsed (default: field)"
+        "--adapter", choices=sorted(ADAPTERS), help=with_default("how prompts are formatted and parsed", "adapter")
     )
-    run.add_argument("--k", type=int, help="passages retrieved per query (default: 5)")
-    run.add_argument("--max-iterations", dest="max_iterations", type=int, help="IterDRAG steps (default: 3)")
+    run.add_argument("--docs", type=int, help=with_default("documents retrieved per query (the paper's k)", "docs"))
+    run.add_argument(
+        "--iterations", type=int, help=with_default("iterations of a method that iterates (IterDRAG's n)", "iterations")
+    )
     run.add_argument(
         "--reflection-lm",
         dest="reflection_lm",
         help="gepa: the LM that reads the feedback and rewrites instructions (default: the teacher, else --lm)",
     )
     run.add_argument("--budget", help="gepa: light, medium, heavy, or a cap on metric calls (default: light)")
-    run.add_argument("--max-demos", dest="max_demos", type=int, help="demonstrations per predictor (default: 4)")
+    run.add_argument("--shots", type=int, help=with_default("demonstrations per predictor (the paper's m)", "shots"))
     run.add_argument(
-        "--max-docs-per-demo",
-        dest="max_docs_per_demo",
+        "--docs-per-demo",
+        dest="docs_per_demo",
         type=int,
-        help="documents kept in each demonstration (default: 3)",
+        help=with_default("documents kept in each demonstration", "docs_per_demo"),
     )
-    run.add_argument("--metric", choices=sorted(METRICS), help="metric the teleprompter optimises (default: em)")
+    run.add_argument(
+        "--metric", choices=sorted(METRICS), help=with_default("metric the teleprompter optimises", "metric")
+    )
     run.add_argument("--limit", type=int, help="evaluate on the first N questions")
     run.add_argument(
-        "--train-limit", dest="train_limit", type=int, help="compile on the first N train questions (default: 64)"
+        "--train-limit",
+        dest="train_limit",
+        type=int,
+        help=with_default("compile on the first N train questions", "train_limit"),
     )
     run.add_argument(
         "--data-dir",
@@ -82,12 +89,16 @@ def add_run(subparsers) -> None:
         help="datasets folder (default: RAGSCALE_DATA_DIR or ../shared/datasets)",
     )
     run.add_argument("--eval-file", dest="eval_file", type=Path, help="evaluate on this JSONL instead of dev.jsonl")
-    run.add_argument("--retriever", choices=RETRIEVERS, help="default: hybrid (dense + BM25, RRF)")
+    run.add_argument(
+        "--retriever", choices=RETRIEVERS, help=with_default("hybrid is dense + BM25, fused by RRF", "retriever")
+    )
     run.add_argument("--corpus", help=CORPUS_HELP)
     run.add_argument("--chroma-url", dest="chroma_url", help="a chromadb server (default: embedded, under runs/)")
-    run.add_argument("--runs-dir", dest="runs_dir", type=Path, help="MLflow store, indexes, artifacts (default: runs)")
-    run.add_argument("--threads", type=int, help="questions answered in parallel (default: 4)")
-    run.add_argument("--seed", type=int, help="default: 0")
+    run.add_argument(
+        "--runs-dir", dest="runs_dir", type=Path, help=with_default("MLflow store, indexes, artifacts", "runs_dir")
+    )
+    run.add_argument("--threads", type=int, help=with_default("questions answered in parallel", "threads"))
+    run.add_argument("--seed", type=int, help=with_default("random seed", "seed"))
     run.add_argument("--run-name", dest="run_name", help="MLflow run name (default: method-optimizer-dataset-lm-time)")
     run.add_argument("--no-cache", dest="cache", action="store_false", help="bypass the DSPy LM cache")
     run.add_argument(
@@ -106,7 +117,7 @@ def add_run(subparsers) -> None:
         "--max-failed",
         dest="max_failed",
         type=float,
-        help="the run is FAILED (exit 1) when more than this fraction of its questions failed (default: 0.5)",
+        help=f"the run is FAILED (exit 1) when more than this fraction of its questions failed (default: {MAX_FAILED})",
     )
     run.set_defaults(func=cmd_run)
 

@@ -12,7 +12,6 @@ from ragscale.experiments.config import CORPUS_HELP, ConfigError, RunConfig
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 from ragscale.experiments.sweep.grid import (
-    BASELINE,
     DEFAULT_BUDGETS,
     DEFAULT_DOCS,
     DEFAULT_ITERATIONS,
@@ -24,6 +23,7 @@ from ragscale.experiments.sweep.grid import (
     parse_ints,
     parse_size,
 )
+from ragscale.programs import method_named
 from ragscale.programs.lm.models import DEFAULT_LM
 
 
@@ -122,9 +122,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError(f"--parallel-runs {args.parallel_runs}: must be at least 1 (configurations run at once)")
     grid, base = _grid_and_base(args)
     base = shared_api_base(base)  # several servers need an openai/<model> --lm: said before any is tried
-    # the corpus must hold the grid's largest k, unless the sweep runs only the baseline, which retrieves nothing
-    retrieves = any(method != BASELINE for method in grid.methods)
-    check_inputs(replace(base, k=max(grid.docs)) if retrieves else replace(base, method=BASELINE))
+    # the corpus must hold the grid's largest k, unless no method of the sweep retrieves
+    retrieves = [method for method in grid.methods if method_named(method).retrieves]
+    check_inputs(replace(base, method=(retrieves or grid.methods)[0], docs=max(grid.docs)))
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
     if args.plan_only:

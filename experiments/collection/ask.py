@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.experiments.collection.store import Collection
-from ragscale.experiments.config import ConfigError
+from ragscale.experiments.config import DEFAULTS, ConfigError
 
 
 def sources(passages: Sequence[Any], chunks: Mapping[str, Mapping]) -> list[dict]:
@@ -37,7 +37,8 @@ def ask(
     collection: str,
     runs_dir: Path = Path("runs"),
     method: str = "rag",
-    k: int = 5,
+    docs: int = DEFAULTS["docs"],
+    iterations: int = DEFAULTS["iterations"],
     rerank_depth: int = 0,
     rerank_order: str = "fused",
     retriever_kind: str = "hybrid",
@@ -58,7 +59,7 @@ def ask(
     from ragscale.programs import build_program
 
     try:
-        program = build_program(method, retriever, k=k)
+        program = build_program(method, retriever, k=docs, iterations=iterations)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     prediction = program(question=question)

@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ragscale.experiments.config import ConfigError, RunConfig
-from ragscale.experiments.sweep.grid import BASELINE, Point
+from ragscale.experiments.sweep.grid import Point
 from ragscale.optimizers.demos import NO_FOLLOW_UP
+from ragscale.programs import method_named
 
 if TYPE_CHECKING:
     from ragscale.experiments.sweep.speed import Speed
@@ -235,7 +236,7 @@ class ContextEstimator:
 
         if (point, docs_per_demo) not in self._programs:
             k = max(point.docs, 1)
-            program = build_program(point.method, self.stand_ins, k=k, max_iterations=max(point.iterations, 1))
+            program = build_program(point.method, self.stand_ins, k=k, iterations=max(point.iterations, 1))
             if point.shots and self.train:
                 per_demo = point.docs if docs_per_demo is None else docs_per_demo
                 program = compile_program(
@@ -257,7 +258,7 @@ class ContextEstimator:
         import dspy
 
         program = self.program(point, docs_per_demo)
-        n = point.iterations if point.method != BASELINE else 0
+        n = point.iterations
         out = []
         for example in self.evalset:
             seen = self._asked.get(str(example.id), [])
@@ -363,7 +364,7 @@ class Planner:
 
     def learn(self, point: Point, docs_per_demo: int, records: Sequence[Mapping] | None) -> None:
         if records:
-            if point.method == "iterdrag":
+            if method_named(point.method).iterates:
                 self.estimator.observe(records)
             self.finished.append((point, docs_per_demo, list(records)))
             self._learned.clear()
@@ -375,7 +376,7 @@ class Planner:
         if group not in self._learned:
             same = [f for f in self.finished if (f[0].method, f[0].shots) == group]
             learned = self.estimator.calibrate(same)
-            if learned is None and point.method == "iterdrag":
+            if learned is None and method_named(point.method).iterates:
                 others = self.estimator.calibrate([f for f in self.finished if f[0].method == point.method])
                 if others is not None:
                     learned = Calibration(others.runs, others.follow_up_rates, retries_known=False)

@@ -1,9 +1,9 @@
 """What a sweep varies: the grid of configurations theta = (documents k, shots m, iterations n) per method.
 
-Iterations apply to IterDRAG only (single-step methods have n = 0); closed-book, the baseline, has no documents and
-is run with 0 and 1 shots for the allocation model's informativeness. Budgets are in tokens of effective context
-("2k" = 2,000). The default grid is small, for a 2-core CPU; the paper's (Yue et al. 2024) is ``--docs 1,2,5,10,20
---shots 0,1,2,4,8 --iterations 1,2,3``.
+Iterations apply to a method that iterates (IterDRAG; others have n = 0), documents to one that retrieves;
+closed-book, the baseline, has no documents and is run with 0 and 1 shots for the allocation model's
+informativeness. Budgets are in tokens of effective context ("2k" = 2,000). The default grid is small, for a 2-core
+CPU; the paper's (Yue et al. 2024) is ``--docs 1,2,5,10,20 --shots 0,1,2,4,8 --iterations 1,2,3``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ import re
 from dataclasses import dataclass, replace
 
 from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.programs import PROGRAMS, method_named
+from ragscale.programs.closed_book import ClosedBook
 
-BASELINE = "closed-book"  # the sweep's baseline method: no documents, its question alone
-METHODS = ("rag", "drag", "iterdrag")  # the methods a sweep varies
+BASELINE = ClosedBook.name  # the sweep's baseline method: no documents, its question alone
+METHODS = ("rag", "drag", "iterdrag")  # the paper's methods: what a sweep varies by default
 DEFAULT_DOCS = (1, 2, 4)
 DEFAULT_SHOTS = (0, 1)
 DEFAULT_ITERATIONS = (1,)
@@ -60,15 +62,16 @@ class Grid:
 
     def __post_init__(self) -> None:
         for method in self.methods:
-            if method not in (*METHODS, BASELINE):
-                raise ConfigError(f"unknown sweep method {method!r}; valid choices: {', '.join(METHODS)}")
+            if method not in PROGRAMS:
+                raise ConfigError(f"unknown sweep method {method!r}; valid choices: {', '.join(sorted(PROGRAMS))}")
         if not self.budgets:
             raise ConfigError("a sweep needs at least one budget")
 
 
 @dataclass(frozen=True)
 class Point:
-    """One configuration of the grid; `iterations` is 0 for single-step methods, `docs` 0 for closed-book."""
+    """One configuration of the grid; `iterations` is 0 for a method that does not iterate, `docs` 0 for one that
+    does not retrieve."""
 
     method: str
     docs: int
@@ -78,7 +81,7 @@ class Point:
     @property
     def label(self) -> str:
         text = f"{self.method} k={self.docs} m={self.shots}"
-        return text + (f" n={self.iterations}" if self.method == "iterdrag" else "")
+        return text + (f" n={self.iterations}" if method_named(self.method).iterates else "")
 
 
 def grid_points(grid: Grid) -> list[Point]:
@@ -86,8 +89,8 @@ def grid_points(grid: Grid) -> list[Point]:
     if grid.baselines:
         points += [Point(BASELINE, 0, shots) for shots in (0, 1)]
     for method in grid.methods:
-        iterations = grid.iterations if method == "iterdrag" else (0,)
-        docs = (0,) if method == BASELINE else grid.docs
+        iterations = grid.iterations if method_named(method).iterates else (0,)
+        docs = grid.docs if method_named(method).retrieves else (0,)
         points += [Point(method, k, m, n) for k, m, n in itertools.product(docs, grid.shots, iterations)]
     return list(dict.fromkeys(points))
 
@@ -97,10 +100,10 @@ def point_config(base: RunConfig, point: Point, *, docs_per_demo: int | None = N
     return replace(
         base,
         method=point.method,
-        k=max(point.docs, 1),
-        max_demos=point.shots,
-        max_docs_per_demo=docs_per_demo if docs_per_demo is not None else point.docs,
-        max_iterations=max(point.iterations, 1),
+        docs=max(point.docs, 1),
+        shots=point.shots,
+        docs_per_demo=docs_per_demo if docs_per_demo is not None else point.docs,
+        iterations=max(point.iterations, 1),
         optimizer=base.optimizer if point.shots else "none",
         run_name=None,
     )

@@ -72,9 +72,9 @@ def plan(
     for point in grid_points(grid):
         config = point_config(base, point, docs_per_demo=docs_per_demo)
         key = config_key(config, fingerprint)
-        points.append((point, key, config.max_docs_per_demo))
+        points.append((point, key, config.docs_per_demo))
         if key in finished:
-            planner.learn(point, config.max_docs_per_demo, run_records(base.runs_dir, finished[key]["run_id"]))
+            planner.learn(point, config.docs_per_demo, run_records(base.runs_dir, finished[key]["run_id"]))
     planned = []
     for point, key, per_demo in points:
         estimate, seconds = planner.estimate(point, per_demo)

@@ -15,7 +15,8 @@ from typing import Any
 
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.sweep import allocation
-from ragscale.experiments.sweep.grid import BASELINE, Point, format_size
+from ragscale.experiments.sweep.grid import Point, format_size
+from ragscale.programs import PROGRAMS, method_named
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def budget_table(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> l
     measured = [r for r in rows if r.get("acc") is not None and r.get(EFFECTIVE_CONTEXT) is not None]
     for budget in sorted(budgets):
         within = [r for r in measured if r[EFFECTIVE_CONTEXT] <= budget]
-        methods = sorted({r["method"] for r in within}, key=lambda m: (m != BASELINE, m))
+        methods = sorted({r["method"] for r in within}, key=lambda m: (method_named(m).retrieves, m))
         for method in [*methods, "best"]:
             pool = within if method == "best" else [r for r in within if r["method"] == method]
             if not pool:
@@ -74,9 +75,9 @@ def format_grid(rows: Sequence[Mapping[str, Any]]) -> str:
     """Every measured configuration as Acc (tokens of effective context per question): a row per documents k and
     shots m, a column per method (IterDRAG's per iteration count); closed-book beneath."""
     measured = {(r["method"], r["docs"], r["shots"], r["iterations"]): r for r in rows if r.get("acc") is not None}
-    columns = sorted({(m, n) for m, _, _, n in measured if m != BASELINE}, key=lambda c: (METHOD_ORDER.get(c[0], 9), c))
-    settings = sorted({(k, s) for m, k, s, _ in measured if m != BASELINE})
-    names = [f"{m} n={n}" if m == "iterdrag" else m for m, n in columns]
+    columns = sorted({(m, n) for m, _, _, n in measured if method_named(m).retrieves}, key=lambda c: (order(c[0]), c))
+    settings = sorted({(k, s) for m, k, s, _ in measured if method_named(m).retrieves})
+    names = [f"{m} n={n}" if method_named(m).iterates else m for m, n in columns]
     lines = ["| k | m | " + " | ".join(names) + " |", "|--:|--:|" + "---|" * len(columns)]
     for k, shots in settings:
         cells = []
@@ -84,16 +85,15 @@ def format_grid(rows: Sequence[Mapping[str, Any]]) -> str:
             r = measured.get((method, k, shots, n))
             cells.append("" if r is None else f"{r['acc']:.1f} ({r[EFFECTIVE_CONTEXT]:,.0f})")
         lines.append(f"| {k} | {shots} | " + " | ".join(cells) + " |")
-    closed = [r for (m, *_), r in sorted(measured.items()) if m == BASELINE]
-    if closed:
-        lines.append("")
-        lines.append("closed-book: " + ", ".join(f"m={r['shots']} {r['acc']:.1f}" for r in closed))
+    for method in sorted({m for m, *_ in measured if not method_named(m).retrieves}):
+        shown = [r for (m, *_), r in sorted(measured.items()) if m == method]
+        lines += ["", f"{method}: " + ", ".join(f"m={r['shots']} {r['acc']:.1f}" for r in shown)]
     return "\n".join(lines)
 
 
-METHOD_ORDER = {"rag": 0, "drag": 1, "iterdrag": 2}
-
-COLOURS = {"closed-book": "tab:gray", "rag": "tab:blue", "drag": "tab:orange", "iterdrag": "tab:green"}
+def order(method: str) -> int:
+    """A method's place in the registry (``programs.PROGRAMS``): the order of columns, and its colour."""
+    return list(PROGRAMS).index(method)
 
 
 def plot(
@@ -123,7 +123,7 @@ def plot(
             [r[EFFECTIVE_CONTEXT] for r in mine],
             [r["acc"] for r in mine],
             label=method,
-            color=COLOURS.get(method),
+            color=f"C{order(method) % 10}",
             alpha=0.75,
             s=28,
         )
@@ -155,20 +155,17 @@ def plot(
     return path
 
 
-FIT_METHODS = ("closed-book", "drag", "iterdrag")
-
-
 def fit_allocation(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], dataset: str) -> dict[str, Any] | None:
-    """Fit the allocation model on the sweep's DRAG/IterDRAG/closed-book rows (the paper's family; all methods when
-    those are missing), assess it at each budget and extrapolate; None when there is too little to fit."""
+    """Fit the allocation model on the rows of methods whose demonstrations carry documents (the paper's family:
+    DRAG, IterDRAG, and closed-book, which has none to carry; all methods when only the baseline is left), assess
+    it at each budget and extrapolate; None when there is too little to fit. Informativeness is read off the
+    methods that do not iterate."""
     measured = [r for r in rows if r.get("acc") is not None]
-    family = [r for r in measured if r["method"] in FIT_METHODS]
-    if not any(r["method"] != BASELINE for r in family):
+    family = [r for r in measured if method_named(r["method"]).demo_documents]
+    if not any(method_named(r["method"]).retrieves for r in family):
         family = measured
     try:
-        i = allocation.informativeness(
-            [r for r in measured if r["method"] in (BASELINE, "drag", "rag") and r["iterations"] == 0]
-        )
+        i = allocation.informativeness([r for r in measured if not method_named(r["method"]).iterates])
     except ValueError as exc:
         log.warning("no allocation model: %s", exc)
         return None

@@ -53,7 +53,7 @@ from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation, scores
 from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
-from ragscale.experiments.sweep.grid import BASELINE, Grid, Point, format_size, point_config
+from ragscale.experiments.sweep.grid import Grid, Point, format_size, point_config
 from ragscale.experiments.sweep.ledger import (
     ALLOCATION,
     ESTIMATE_TAG,
@@ -77,6 +77,7 @@ from ragscale.experiments.sweep.report import (
     plot,
 )
 from ragscale.experiments.sweep.speed import Speed, measure_speed, speed_from_runs
+from ragscale.programs import method_named
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ def _setup(
     if lm is None:
         lm = load_lm_for(base)
     train, evalset = load_examples(base, examples)
-    if retriever is None and any(m != BASELINE for m in grid.methods):
+    if retriever is None and any(method_named(m).retrieves for m in grid.methods):
         if index:
             retriever = build_retriever_for(base, train, evalset, progress=progress)
         else:
@@ -232,7 +233,9 @@ def _compile(base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train:
 
     from ragscale.programs.lm import make_adapter
 
-    widest = Point(point.method, max(grid.docs), point.shots, max(grid.iterations) if point.method == "iterdrag" else 0)
+    widest = Point(
+        point.method, max(grid.docs), point.shots, max(grid.iterations) if method_named(point.method).iterates else 0
+    )
     config = point_config(base, widest, docs_per_demo=docs_per_demo)
     adapter = make_adapter(base.adapter)
     with dspy.context(lm=lm, adapter=adapter):
@@ -260,7 +263,7 @@ def _oracle_rows(
         retriever = OracleRetriever(got.evalset, gold_only=gold_only)
         name = retriever.identity
         config = replace(
-            base, method="rag", k=ORACLE_K, max_demos=0, optimizer="none", run_name=f"{sweep_dir.name}-{name}"
+            base, method="rag", docs=ORACLE_K, shots=0, optimizer="none", run_name=f"{sweep_dir.name}-{name}"
         )
         key = config_key(config, fingerprint, retriever=retriever)
         found = got.ledger.get(key) or got.tracked.get(key)
@@ -384,9 +387,7 @@ def run_sweep(
             try:
                 program = None
                 if point.shots:
-                    program = cap_demos(
-                        copy.deepcopy(compiled_for(point, replica)), point.shots, config.max_docs_per_demo
-                    )
+                    program = cap_demos(copy.deepcopy(compiled_for(point, replica)), point.shots, config.docs_per_demo)
                 summary = run_experiment(
                     config,
                     lm=replica,

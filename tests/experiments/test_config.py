@@ -7,9 +7,9 @@ from ragscale.experiments.config import ConfigError, RunConfig
 
 def test_a_toml_config_is_read_and_flags_override_it(tmp_path):
     path = tmp_path / "run.toml"
-    path.write_text('method = "drag"\ndataset = "nq"\noptimizer = "bootstrap"\nk = 7\nruns_dir = "out"\n')
-    config = RunConfig.from_toml(path, k=3)
-    assert (config.method, config.dataset, config.optimizer, config.k) == ("drag", "nq", "bootstrap", 3)
+    path.write_text('method = "drag"\ndataset = "nq"\noptimizer = "bootstrap"\ndocs = 7\nruns_dir = "out"\n')
+    config = RunConfig.from_toml(path, docs=3)
+    assert (config.method, config.dataset, config.optimizer, config.docs) == ("drag", "nq", "bootstrap", 3)
     assert config.runs_dir.is_absolute() and config.runs_dir.name == "out"
 
 
@@ -32,7 +32,7 @@ def test_a_config_round_trips_through_its_toml(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("k", 0, "k must be >= 1"),
+        ("docs", 0, "docs must be >= 1"),
         ("threads", "4", "threads must be an integer"),
         ("adapter", "xml", "valid choices: chat, field, field-prefill, json"),
         ("retriever", "grep", "bm25, dense, hybrid"),

@@ -10,17 +10,17 @@ from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, evaluate, summarize
 from ragscale.programs import ClosedBook
 
 
-class FailsOn(dspy.Module):
+class FailsOn(ClosedBook):
     """Closed-book, except that it raises on the questions that contain ``poison``."""
 
     def __init__(self, poison: str):
         super().__init__()
-        self.poison, self.inner = poison, ClosedBook()
+        self.poison = poison
 
     def forward(self, question: str) -> dspy.Prediction:
         if self.poison in question:
             raise RuntimeError(f"cannot answer {question!r}")
-        return self.inner(question=question)
+        return super().forward(question)
 
 
 def test_worker_threads_see_the_lm_set_with_dspy_context_and_meter_their_own_calls(tmp_path, data_dir):

@@ -25,7 +25,7 @@ def test_the_two_oracle_rows_have_different_run_keys_and_other_retrievers_leave_
     from ragscale.experiments.identity import config_key
 
     examples = load_jsonl(FIXTURE)[:3]
-    config = RunConfig(method="rag", dataset="hotpotqa", k=20)
+    config = RunConfig(method="rag", dataset="hotpotqa", docs=20)
     gold, everything = OracleRetriever(examples, gold_only=True), OracleRetriever(examples, gold_only=False)
     keys = {config_key(config, "data", retriever=r) for r in (gold, everything, None)}
     assert len(keys) == 3

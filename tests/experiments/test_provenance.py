@@ -16,7 +16,7 @@ from ragscale.programs.lm.models import PRESETS
 
 def test_a_run_records_its_code_libraries_machine_model_and_data_files(tmp_path, data_dir):
     served = {"teacher": "openai/teacher", "teacher_api_base": "http://teacher:8000/v1"}
-    cfg = RunConfig(method="closed-book", dataset="hotpotqa", optimizer="bootstrap", adapter="chat", max_demos=1,
+    cfg = RunConfig(method="closed-book", dataset="hotpotqa", optimizer="bootstrap", adapter="chat", shots=1,
                     data_dir=data_dir, runs_dir=tmp_path / "runs", **served)  # fmt: skip
     summary = run_experiment(cfg, lm=scripted_lm(SCRIPT), teacher_lm=scripted_lm(SCRIPT), progress=False)
     run = tracking.client(cfg.runs_dir).get_run(summary["mlflow_run_id"])

@@ -22,7 +22,7 @@ def config(tmp_path, data_dir, **overrides) -> RunConfig:
         "dataset": "hotpotqa",
         "retriever": "bm25",
         "adapter": "chat",
-        "k": 2,
+        "docs": 2,
         "data_dir": data_dir,
         "runs_dir": tmp_path / "runs",
         "threads": 2,
@@ -32,7 +32,7 @@ def config(tmp_path, data_dir, **overrides) -> RunConfig:
 
 
 def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp_path, data_dir):
-    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled", max_demos=2, max_docs_per_demo=1)
+    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled", shots=2, docs_per_demo=1)
     summary = run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
 
     assert tuple(summary) == SUMMARY_KEYS
@@ -47,7 +47,7 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     assert run.info.status == "FINISHED"
     assert run.data.params == {**cfg.to_params(), **corpus_params(summary["corpus"])}
     assert run.data.params["corpus_sha256"] == summary["corpus"]["sha256"] == run.data.tags[PREFIX + "corpus_sha256"]
-    assert run.data.params["method"] == "drag" and run.data.params["max_demos"] == "2"
+    assert run.data.params["method"] == "drag" and run.data.params["shots"] == "2"
     for metric in (
         "em",
         "f1",
@@ -90,7 +90,7 @@ def test_a_closed_book_run_searches_no_corpus(tmp_path, data_dir):
 
 
 def test_the_logged_config_and_program_rerun_and_reload(tmp_path, data_dir):
-    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled", max_demos=2, max_docs_per_demo=1)
+    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled", shots=2, docs_per_demo=1)
     summary = run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
     run_id = summary["mlflow_run_id"]
 
@@ -121,7 +121,7 @@ def test_a_program_compiled_earlier_is_reused_with_the_configs_k_instead_of_comp
         lm=lm,
         adapter=dspy.ChatAdapter(),
     )
-    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled", k=4, max_demos=3)
+    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled", docs=4, shots=3)
     summary = run_experiment(cfg, lm=lm, retriever=retriever, compiled=compiled, progress=False)
 
     saved = json.loads((tmp_path / "runs" / "work" / summary["mlflow_run_id"] / "program.json").read_text())
@@ -210,7 +210,7 @@ def test_the_runner_compiles_crag_with_label_trained_graders(data_dir):
     from ragscale.experiments.runner import compile_for
     from ragscale.programs import CRAG
 
-    config = RunConfig(method="crag", dataset="hotpotqa", optimizer="labeled", max_demos=2)
+    config = RunConfig(method="crag", dataset="hotpotqa", optimizer="labeled", shots=2)
     train = load_split("hotpotqa", "train", data_dir)
     program = compile_for(config, CRAG(lambda query, k: [], k=2), train, lm=DummyLM([]))
     assert len(program.grade.demos) == 2

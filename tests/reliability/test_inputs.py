@@ -142,7 +142,7 @@ def test_a_data_dir_that_does_not_exist_is_refused_naming_it(run, tmp_path, caps
     [
         ("runs_dir = 7", "runs_dir", "7"),
         ('method = ["rag"]', "method", "['rag']"),
-        ('k = "5"', "k", "'5'"),
+        ('docs = "5"', "docs", "'5'"),
         ("cache = 1", "cache", "1"),
         ("eval_file = false", "eval_file", "False"),
         ("teacher = 3", "teacher", "3"),
@@ -312,16 +312,16 @@ def test_a_sweep_refuses_a_broken_corpus_before_the_model_loads(data, tmp_path, 
 # k and the context window
 
 
-def test_a_k_beyond_the_corpus_is_refused_at_once(shared_datasets, tmp_path, capsys):
+def test_docs_beyond_the_corpus_are_refused_at_once(shared_datasets, tmp_path, capsys):
     argv = ["run", "--method", "rag", "--dataset", "hotpotqa", "--lm", "smollm2-135m", "--limit", "2"]
-    err = refused([*argv, "--k", "1000000", "--runs-dir", str(tmp_path / "runs")], capsys)
-    assert "--k 1000000" in err and "passages" in err
+    err = refused([*argv, "--docs", "1000000", "--runs-dir", str(tmp_path / "runs")], capsys)
+    assert "--docs 1000000" in err and "passages" in err
 
 
-def test_k_beyond_the_questions_own_paragraphs_is_refused_with_that_corpus(shared_datasets, tmp_path, capsys):
+def test_docs_beyond_the_questions_own_paragraphs_are_refused_with_that_corpus(shared_datasets, tmp_path, capsys):
     argv = ["run", "--method", "rag", "--dataset", "hotpotqa", "--lm", "smollm2-135m", "--limit", "2"]
-    err = refused([*argv, "--corpus", "questions", "--k", "1000", "--runs-dir", str(tmp_path / "runs")], capsys)
-    assert "--k 1000" in err and "--corpus questions" in err
+    err = refused([*argv, "--corpus", "questions", "--docs", "1000", "--runs-dir", str(tmp_path / "runs")], capsys)
+    assert "--docs 1000" in err and "--corpus questions" in err
 
 
 def test_a_retrieving_method_over_a_dataset_without_passages_is_refused(shared_datasets, tmp_path, capsys):

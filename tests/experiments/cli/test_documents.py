@@ -24,7 +24,7 @@ def test_the_ask_command_prints_the_answer_and_its_sources_with_the_real_model(d
     capsys.readouterr()
     answer_json = tmp_path / "answer.json"
     question = "How many steps does the keeper climb to the lamp room?"
-    fast = ["--lm", "smollm2-135m", "--k", "3", "--json", str(answer_json)]
+    fast = ["--lm", "smollm2-135m", "--docs", "3", "--json", str(answer_json)]
     code = main(["ask", question, "--collection", "c", "--runs-dir", runs, *fast])
     out = capsys.readouterr().out
     assert code == 0

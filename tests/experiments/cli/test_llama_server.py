@@ -121,7 +121,7 @@ def test_a_program_compiled_with_a_teacher_on_the_server_runs_against_it(server,
     before = counters(server)
     summary = run(tmp_path, shared_datasets, capsys, "--lm", "openai/qwen", "--api-base", server, "--optimizer",
                   "bootstrap", "--teacher", "openai/qwen", "--teacher-api-base", server, "--train-limit", "6",
-                  "--max-demos", "2", "--limit", "4")  # fmt: skip
+                  "--shots", "2", "--limit", "4")  # fmt: skip
     served = counters(server)["tokens_predicted_total"] - before["tokens_predicted_total"]
     assert summary["failed"] == 0 and summary["compile_lm_calls"] > 0
     answered = sum(r["output_tokens"] for r in records(tmp_path, summary))

@@ -51,7 +51,7 @@ def test_a_toml_with_an_unknown_key_exits_2_naming_the_key_and_the_valid_keys(tm
     path.write_text('method = "rag"\ndataset = "hotpotqa"\ntop_k = 5\n')
     code, err = run_cli(["run", "--config", str(path)], capsys)
     assert code == 2
-    assert "top_k" in err and str(path) in err and "max_docs_per_demo" in err
+    assert "top_k" in err and str(path) in err and "docs_per_demo" in err
 
 
 def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):

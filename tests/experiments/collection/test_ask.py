@@ -18,7 +18,7 @@ def test_ask_answers_with_the_sources_it_used(documents, tmp_path):
     )
     lm = DummyLM([{"answer": "Cell 2"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        result = ask("Which cell is under Header 2?", collection="c", runs_dir=runs, method="rag", k=3)
+        result = ask("Which cell is under Header 2?", collection="c", runs_dir=runs, method="rag", docs=3)
     assert result["answer"] == "Cell 2"
     assert len(result["sources"]) == 3
     assert {"document", "page", "kind", "id"} <= set(result["sources"][0])
@@ -33,10 +33,10 @@ def test_ask_reranks_with_the_grader_in_fused_order_by_default(documents, tmp_pa
     runs = tmp_path / "runs"
     ingest([documents / "report.md", documents / "notes.txt"], collection="c", runs_dir=runs, ocr=False)
     with dspy.context(lm=DummyLM([{"answer": "it grows"}]), adapter=dspy.ChatAdapter()):
-        plain = ask("What does the report say?", collection="c", runs_dir=runs, k=3, retriever_kind="bm25")
+        plain = ask("What does the report say?", collection="c", runs_dir=runs, docs=3, retriever_kind="bm25")
     lm = DummyLM([{"grade": "relevant"}] * 3 + [{"answer": "it grows"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        fused = ask("What does the report say?", collection="c", runs_dir=runs, k=3, retriever_kind="bm25",
+        fused = ask("What does the report say?", collection="c", runs_dir=runs, docs=3, retriever_kind="bm25",
                     rerank_depth=3)  # fmt: skip
     assert fused["answer"] == "it grows"
     assert len(lm.history) == 4  # three grades, then the answer

@@ -135,7 +135,7 @@ def test_one_configuration_failing_does_not_stop_the_others_and_a_rerun_retries_
     real = sweep_run.run_experiment
 
     def replica_down_for_k2_m0(config, **kwargs):
-        if (config.k, config.max_demos) == (2, 0):
+        if (config.docs, config.shots) == (2, 0):
             raise ConnectionError("replica went away")
         return real(config, **kwargs)
 

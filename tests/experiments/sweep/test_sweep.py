@@ -14,12 +14,11 @@ demonstrations, the real FieldAdapter).
 import json
 import shutil
 import sqlite3
-import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dspy.lm15 import Message, Response, TextPart, Usage
+from doubles import tokenizer_lm
 
 from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError, RunConfig
@@ -30,49 +29,8 @@ from ragscale.experiments.sweep.report import budget_table
 from ragscale.experiments.sweep.run import ALLOCATION, PLOT, allocate, run_sweep
 from ragscale.experiments.sweep.scores import recheck
 from ragscale.experiments.sweep.speed import Speed
-from ragscale.programs.lm.meter import MeteredLM
-from ragscale.programs.lm.prompt import render_chat, request_messages
 
 SPEED = Speed(1000.0, 100.0, "stated")  # given: else the sweep times two calls of its LM before planning
-N_ITERATIONS_SCRIPTED = 2  # the scripted decomposer asks this many follow-ups, then says none is needed
-
-
-class TokenizerEngine:
-    """Renders and counts like `TorchEngine` (SmolLM2's chat template and tokenizer), answers from a script.
-
-    The script's reader answers a question with its gold answer when that answer is in the prompt's documents
-    (``golds``: question -> answer), else "1990": more documents answer more questions, as with a real reader.
-    """
-
-    def __init__(self, tokenizer, golds: dict[str, str] | None = None):
-        self.tokenizer, self._tok_lock, self.context_window = tokenizer, threading.Lock(), 8192
-        self.golds, self.calls = golds or {}, 0
-
-    def render_messages(self, messages):
-        return render_chat(self.tokenizer, messages)
-
-    def count_tokens(self, text: str) -> int:
-        with self._tok_lock:
-            return len(self.tokenizer(text, add_special_tokens=False).input_ids)
-
-    def complete(self, request):
-        self.calls += 1
-        prompt = self.render_messages(request_messages(request))
-        tail = prompt.rsplit("\n", 1)[-1]
-        if tail.startswith("follow_up"):
-            asked = prompt.count("Q: Which")
-            text = f" Which year is meant in step {asked + 1}?" if asked < N_ITERATIONS_SCRIPTED else " none"
-        else:
-            asked = prompt.rsplit("question: ", 1)[-1]
-            seen = [gold for question, gold in self.golds.items() if asked.startswith(question) and gold in prompt]
-            text = f" {seen[0]}" if seen else " 1990"
-        return Response(
-            id=None,
-            model="scripted-smollm2",
-            message=Message.assistant([TextPart(text)]),
-            finish_reason="stop",
-            usage=Usage(input_tokens=self.count_tokens(prompt), output_tokens=3, total_tokens=0),
-        )
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +41,6 @@ def smollm2_tokenizer():
 
     path = resolve("smollm2-135m")
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-
-
-def scripted_lm(tokenizer, examples=None) -> MeteredLM:
-    golds = {ex.question: ex.answers[0] for ex in examples[1]} if examples else None
-    engine = TokenizerEngine(tokenizer, golds)
-    return MeteredLM("local/scripted", engine=engine, cache=False, num_retries=0, context_window=8192)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +71,7 @@ GRID = Grid(methods=("rag", "drag", "iterdrag"), docs=(1, 3), shots=(0, 2), iter
 def swept(tmp_path_factory, smollm2_tokenizer, examples):
     """One sweep, shared by the tests that read it; a test that reruns it works on a copy (``copy_runs``)."""
     runs_dir = tmp_path_factory.mktemp("sweep") / "runs"
-    lm = scripted_lm(smollm2_tokenizer, examples)
+    lm = tokenizer_lm(smollm2_tokenizer, examples)
     reports: list[str] = []
     result = run_sweep(
         GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED, report=reports.append
@@ -228,7 +180,7 @@ def test_the_plan_says_which_estimates_are_bounds_and_a_rerun_plan_that_they_are
     assert {line.split(" | ")[2] for line in first_plan.splitlines() if line.startswith("| iterdrag")} == {"bound"}
     assert {line.split(" | ")[2] for line in first_plan.splitlines() if line.startswith("| rag")} == {"counted"}
     again = run_sweep(
-        GRID, base_config(runs_dir), lm=scripted_lm(smollm2_tokenizer), examples=examples, progress=False, speed=SPEED
+        GRID, base_config(runs_dir), lm=tokenizer_lm(smollm2_tokenizer), examples=examples, progress=False, speed=SPEED
     )
     bases = {p.point.method: p.estimate.basis for p in again.plan}
     assert bases["iterdrag"] == "calibrated (2 runs)" and bases["rag"] == "calibrated (2 runs)"
@@ -248,7 +200,7 @@ def test_each_configuration_is_a_child_run_of_the_sweep_run(swept):
 def test_a_rerun_of_a_finished_sweep_runs_no_configuration(swept, smollm2_tokenizer, examples, tmp_path):
     result, _, shared_runs = swept
     runs_dir = copy_runs(shared_runs, tmp_path)
-    lm = scripted_lm(smollm2_tokenizer)
+    lm = tokenizer_lm(smollm2_tokenizer)
     again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
     assert again.ran == [] and lm.engine.calls == 0
     assert {r["key"] for r in again.rows} == {r["key"] for r in result.rows}
@@ -258,7 +210,7 @@ def test_the_ledger_is_not_needed_to_resume_the_mlflow_runs_are_enough(swept, sm
     result, _, shared_runs = swept
     runs_dir = copy_runs(shared_runs, tmp_path)
     (runs_dir / result.sweep_dir.relative_to(shared_runs.resolve()) / LEDGER).unlink()
-    lm = scripted_lm(smollm2_tokenizer)
+    lm = tokenizer_lm(smollm2_tokenizer)
     again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
     assert again.ran == [] and lm.engine.calls == 0
 
@@ -352,7 +304,7 @@ def test_the_allocation_model_is_stored_as_json_and_allocate_reads_it(swept):
 
 
 def test_configurations_over_the_largest_budget_are_skipped_before_running(tmp_path, smollm2_tokenizer, examples):
-    lm = scripted_lm(smollm2_tokenizer)
+    lm = tokenizer_lm(smollm2_tokenizer)
     grid = Grid(methods=("drag",), docs=(1, 16), shots=(0,), iterations=(1,), budgets=(1000,), baselines=False)
     result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
     status = {p.point.docs: p.status for p in result.plan}
@@ -363,7 +315,7 @@ def test_configurations_over_the_largest_budget_are_skipped_before_running(tmp_p
 def test_only_configurations_that_cannot_fit_are_skipped_an_iterdrag_bound_over_budget_still_runs(
     tmp_path, smollm2_tokenizer, examples
 ):
-    lm = scripted_lm(smollm2_tokenizer)
+    lm = tokenizer_lm(smollm2_tokenizer)
     grid = Grid(methods=("iterdrag",), docs=(1,), shots=(0,), iterations=(6,), budgets=(2000,), baselines=False)
     result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
     (item,) = result.plan

@@ -1,0 +1,56 @@
+"""The method contract: what the rest of ragscale may ask of a RAG method, each with a default.
+
+Every method is a ``Method`` (a ``dspy.Module``) registered in ``ragscale.programs.PROGRAMS`` under its ``name``.
+Runs, sweeps, the context-window check, the teleprompters and ``compare`` read only what a method declares here,
+never its name, so a new method is one file and one line in the registry:
+
+- ``retrieves``: whether it searches a corpus. Closed-book does not; a run then reads no corpus, checks no k
+  against one, reports no recall, and ``compare`` pairs other runs against it by default.
+- ``iterates``: whether it takes the paper's iterations n (Yue et al. 2024's IterDRAG): it is then built with
+  ``max_iterations``, and a sweep varies n for it.
+- ``demo_documents``: whether its compiled demonstrations carry the documents retrieved for their own questions
+  (DRAG, IterDRAG) or are question -> answer pairs (RAG, whose demonstrations are the paper's many-shot QA).
+- ``max_documents()``: the most documents each predictor can see in one call, and ``max_list_items()``: the most
+  entries a list input (follow-ups so far) holds; the context-window check formats the longest prompt from both.
+- ``behaviour(question, prediction)``: what the method's defining step did on one question (``programs.behaviour``).
+- ``demonstrates(example, prediction)``: whether a trace shows that step, and so may become a demonstration.
+
+Every method is built as ``cls(retriever=..., k=...)`` (plus ``max_iterations`` when it iterates); ``retriever``
+and ``k`` are kept as attributes, since a demonstration's documents are retrieved with the student's own.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import dspy
+
+
+class Method(dspy.Module):
+    """A RAG method as the rest of ragscale sees it (see the module docstring); subclasses override what differs."""
+
+    name: ClassVar[str]
+    """Its name on the command line and in the registry (``ragscale run --method NAME``)."""
+    retrieves: ClassVar[bool] = True
+    iterates: ClassVar[bool] = False
+    demo_documents: ClassVar[bool] = True
+
+    retriever = None
+    k: int = 0
+
+    def max_documents(self) -> dict[str, int]:
+        """The most documents each predictor (by name) can see in one call; a predictor left out sees none."""
+        return {name: self.k for name, _ in self.named_predictors()} if self.retrieves else {}
+
+    def max_list_items(self) -> int:
+        """The most entries a list input of a predictor (follow-ups, steps so far) holds in one call."""
+        return 1
+
+    @staticmethod
+    def behaviour(question: str, prediction: dspy.Prediction) -> dict[str, float]:
+        """``{}``: no defining step beyond what every method does (see ``ragscale.programs.behaviour``)."""
+        return {}
+
+    def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
+        """Whether a trace of ``example`` shows the method's defining step; every trace does by default."""
+        return True
