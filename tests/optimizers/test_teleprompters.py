@@ -5,6 +5,7 @@ import re
 
 import dspy
 import pytest
+from compiling import compile_iterdrag, following_up, multi_hop
 from doubles import BEST, SECOND, FixedRetriever, examples, musique_example
 from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils import DummyLM
@@ -80,36 +81,6 @@ def test_bootstrap_runs_the_program_on_at_most_max_attempts_examples():
         max_attempts=3,
     )
     assert len(lm.history) == 3
-
-
-def test_bootstrap_with_threads_keeps_the_traces_the_sequential_loop_keeps():
-    right = {1, 4, 6}  # the teacher answers only these training questions rightly
-    lm = DummyLM({ex.question: {"answer": ex.answers[0] if int(ex.id) in right else "Nowhere"} for ex in examples(8)})
-
-    def demo_questions(threads: int) -> list[str]:
-        compiled = compile_program(
-            RAG(FixedRetriever(), k=1),
-            examples(8),
-            optimizer="bootstrap",
-            metric=em_metric,
-            max_demos=2,
-            lm=lm,
-            adapter=dspy.ChatAdapter(),
-            threads=threads,
-        )
-        return [d.question for d in compiled.answer.demos if d.get("augmented")]
-
-    import random
-
-    shuffled = random.Random(0).sample(examples(8), 8)  # as the bootstrap optimizer orders them (seed 0)
-    teacher = LabeledWithDocuments(k=2).compile(RAG(FixedRetriever(), k=1), trainset=shuffled[:2])  # shown to it
-    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        dspy_loop = dspy.BootstrapFewShot(metric=em_metric, max_bootstrapped_demos=2, max_labeled_demos=0).compile(
-            RAG(FixedRetriever(), k=1), teacher=teacher, trainset=shuffled[2:]
-        )
-    sequential = [d.question for d in dspy_loop.answer.demos]
-    assert len(sequential) == 2 and {q.split()[-1].rstrip("?") for q in sequential} <= {"1", "4", "6"}
-    assert demo_questions(1) == demo_questions(3) == demo_questions(4) == sequential
 
 
 def test_the_bootstrap_teacher_is_shown_labeled_demonstrations_of_examples_it_is_not_run_on():
@@ -247,36 +218,6 @@ def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):
     assert [d["follow_up"] for d in reloaded.decompose.demos][-1] == "none"
 
 
-def multi_hop(n: int = 5) -> list[dspy.Example]:
-    """``examples(n)`` marked multi-hop, as HotpotQA's bridge questions are."""
-    return [example.copy(type="bridge") for example in examples(n)]
-
-
-def following_up() -> DummyLM:
-    """A DummyLM that asks one follow-up per question ("Which city holds landmark i?"), answers it, then says
-    "none" and answers the question rightly."""
-    replies = {}
-    for i, ex in enumerate(examples()):
-        follow_up = f"Which city holds landmark {i}?"
-        replies[f"Q: {follow_up}"] = {"follow_up": "none", "answer": ex.answers[0]}  # the 2nd decomposition
-        replies[follow_up] = {"answer": ex.answers[0]}  # the intermediate answer
-        replies[ex.question] = {"follow_up": follow_up}  # the first decomposition
-    return DummyLM(replies)
-
-
-def compile_iterdrag(lm, trainset, **kwargs) -> dspy.Module:
-    return compile_program(
-        IterDRAG(FixedRetriever(), k=2, max_iterations=2),
-        trainset,
-        optimizer="bootstrap",
-        metric=em_metric,
-        max_demos=2,
-        lm=lm,
-        adapter=dspy.ChatAdapter(),
-        **kwargs,
-    )
-
-
 def test_a_right_iterdrag_trace_without_follow_ups_is_not_a_demonstration_for_a_multi_hop_question():
     compiled = compile_iterdrag(answering(right=True), multi_hop())
     assert compiled.decompose.demos == [] and compiled.answer_sub.demos == []
@@ -338,34 +279,6 @@ def test_a_bootstrapped_decomposition_shows_the_follow_ups_as_they_were_when_the
     assert compiled.decompose.demos
 
 
-def test_every_step_of_a_passing_trace_is_a_demonstration_the_follow_up_asked_then_the_stop():
-    compiled = compile_iterdrag(following_up(), multi_hop())
-    first, second = compiled.decompose.demos  # DSPy keeps one sampled call per trace: often only the stop
-    assert (first.follow_ups, second.follow_up) == ([], "none")
-    assert first.follow_up == second.follow_ups[0].split(" A: ")[0].removeprefix("Q: ")
-
-
-def test_a_training_example_is_hidden_from_the_teachers_own_demonstrations():
-    from ragscale.optimizers.bootstrap import ThreadedBootstrapFewShot
-
-    train = [ex.copy(answer=ex.answers[0]) for ex in examples(2)]  # with an output, so that a demo shows
-    lm = DummyLM({ex.question: {"answer": ex.answers[0]} for ex in train})
-    teacher = RAG(FixedRetriever(), k=1)
-    teacher.answer.demos = [train[0]]  # a teacher compiled on the same training set
-    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        ThreadedBootstrapFewShot(metric=em_metric, max_bootstrapped_demos=2, max_labeled_demos=0, threads=2).compile(
-            RAG(FixedRetriever(), k=1), teacher=teacher, trainset=train
-        )
-    prompts = {}
-    for call in lm.history:
-        text = " ".join(str(m["content"]) for m in call["messages"])
-        asked = next(ex.question for ex in train if ex.question in str(call["messages"][-1]["content"]))
-        prompts[asked] = text
-    assert prompts[train[0].question].count(train[0].question) == 1  # asked, not shown as its own demo
-    assert train[0].question in prompts[train[1].question]  # the other example still sees the demo
-    assert teacher.answer.demos == [train[0]]  # the teacher itself is left as it was
-
-
 def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_what_went_wrong(monkeypatch):
     import ragscale.optimizers.feedback as feedback
 
@@ -373,9 +286,6 @@ def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_wh
     metric = feedback.with_feedback(em_metric, program)
     monkeypatch.setattr(feedback, "with_feedback", lambda m, p: lambda *a, **k: calls.append(1) or metric(*a, **k))
     train = [ex.copy(supporting_titles=["Elsewhere"]) for ex in examples(4)]
-    missed = dspy.Prediction(answer="Nowhere", passages=[{"title": "Best"}])
-    wrong = feedback.feedback_of(train[0], missed, 0.0, program)
-    assert "gold answer is 'City 0'" in wrong and "titled: Elsewhere" in wrong
     proposed = "Answer with the city's name only."
     reflection = DummyLM([{"new_instruction": proposed}] * 20, adapter=dspy.JSONAdapter())  # GEPA asks for JSON
     compiled = compile_program(program, train, optimizer="gepa", metric=em_metric, lm=answering(right=False),
