@@ -198,23 +198,6 @@ def test_compare_writes_a_chart_with_one_bar_per_run_and_score_beside_its_table_
     assert len(tracking.finished_runs(runs_dir)) == 2  # a comparison is not a run to compare
 
 
-def test_the_chart_has_an_em_and_an_f1_bar_per_run_with_its_ci(tmp_path, monkeypatch):
-    import matplotlib.axes
-
-    from ragscale.experiments.chart import plot
-
-    bars = []
-    draw = matplotlib.axes.Axes.bar
-    monkeypatch.setattr(
-        matplotlib.axes.Axes, "bar", lambda ax, x, h, *a, **k: bars.append((list(h), k)) or draw(ax, x, h, *a, **k)
-    )
-    runs = [run_result("a", "closed-book", "0" * 10, 1), run_result("b", "rag", "1" * 5 + "0" * 5, 2)]
-    plot(compare_runs(runs), runs, tmp_path / "c.png")
-    assert [heights for heights, _ in bars] == [[0.0, 50.0], [0.0, 50.0]]  # EM, then F1 (equal here), per run
-    low, high = bars[0][1]["yerr"]
-    assert low[1] > 0 and high[1] > 0 and low[0] == high[0] == 0  # the CI of 50% over 10 questions; none of 0%
-
-
 def test_compare_prints_csv_and_json_when_asked(tmp_path, capsys):
     import csv
 

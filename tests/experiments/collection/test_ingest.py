@@ -1,15 +1,12 @@
 """Ingesting files into a collection: unchanged files skipped, changed ones replaced, unreadable ones reported."""
 
-import json
 import shutil
 from pathlib import Path
 
 import dspy
-import pytest
 from dspy.utils import DummyLM
 
 from ragscale.experiments.collection import Collection, ingest
-from ragscale.experiments.config import ConfigError
 
 
 def test_ingest_reports_a_corrupt_pdf_and_still_ingests_the_other_files(documents, tmp_path):
@@ -107,15 +104,6 @@ def test_reingesting_one_changed_file_embeds_and_contextualises_only_its_chunks(
     from ragscale.programs.retrieval.dense import chroma_client
 
     assert len(chroma_client(chroma).list_collections()) == 1  # the previous index was dropped
-
-
-def test_a_collection_of_another_manifest_version_fails_naming_it_and_the_fix(documents, tmp_path):
-    runs = tmp_path / "runs"
-    ingest([documents / "report.md"], collection="c", runs_dir=runs, build_index=False)
-    manifest = runs / "collections" / "c" / "manifest.json"
-    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "version": 1}))
-    with pytest.raises(ConfigError, match=r"collection 'c' at .*manifest version 1.* new collection"):
-        ingest([documents / "report.md"], collection="c", runs_dir=runs, build_index=False)
 
 
 def test_ingesting_a_folder_takes_its_supported_files_recursively(documents, tmp_path):
