@@ -1,0 +1,33 @@
+"""SIGTERM handled like Ctrl-C: it raises ``Terminated`` inside the block, which no ``except Exception`` swallows."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from ragscale.experiments.signals import (
+    INTERRUPTED_EXIT,
+    TERMINATED_EXIT,
+    Terminated,
+    interrupted,
+    terminate_on_sigterm,
+)
+
+
+def test_sigterm_raises_terminated_inside_the_block_and_the_previous_handler_comes_back():
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated, match="SIGTERM"), terminate_on_sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at once; reaching the end of the sleep fails the test
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_a_stop_from_outside_is_told_from_a_failure_and_escapes_except_exception():
+    assert interrupted(KeyboardInterrupt()) and interrupted(Terminated("received SIGTERM"))
+    assert not interrupted(RuntimeError("the run failed"))
+    assert not issubclass(Terminated, Exception)
+
+
+def test_the_exit_codes_are_those_of_a_process_stopped_by_the_signal():
+    assert (TERMINATED_EXIT, INTERRUPTED_EXIT) == (143, 130)
