@@ -34,6 +34,7 @@ def compile_iterdrag(lm, trainset, **kwargs) -> dspy.Module:
         optimizer="bootstrap",
         metric=em_metric,
         max_demos=2,
+        max_docs_per_demo=5,
         lm=lm,
         adapter=dspy.ChatAdapter(),
         **kwargs,

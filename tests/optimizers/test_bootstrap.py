@@ -26,13 +26,14 @@ def test_bootstrap_with_threads_keeps_the_traces_the_sequential_loop_keeps():
             lm=lm,
             adapter=dspy.ChatAdapter(),
             threads=threads,
+            max_docs_per_demo=5,
         )
         return [d.question for d in compiled.answer.demos if d.get("augmented")]
 
     import random
 
     shuffled = random.Random(0).sample(examples(8), 8)  # as the bootstrap optimizer orders them (seed 0)
-    teacher = LabeledWithDocuments(k=2).compile(RAG(FixedRetriever(), k=1), trainset=shuffled[:2])  # shown to it
+    teacher = LabeledWithDocuments(2, 5).compile(RAG(FixedRetriever(), k=1), trainset=shuffled[:2])  # shown to it
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         dspy_loop = dspy.BootstrapFewShot(metric=em_metric, max_bootstrapped_demos=2, max_labeled_demos=0).compile(
             RAG(FixedRetriever(), k=1), teacher=teacher, trainset=shuffled[2:]

@@ -26,7 +26,9 @@ def answering(right: bool = True) -> DummyLM:
 
 def test_an_unknown_optimizer_fails_listing_the_valid_ones():
     with pytest.raises(ValueError, match="unknown optimizer 'magic'") as error:
-        compile_program(DRAG(FixedRetriever()), examples(), optimizer="magic", metric=em_metric, max_demos=2)
+        compile_program(
+            DRAG(FixedRetriever()), examples(), optimizer="magic", metric=em_metric, max_demos=2, max_docs_per_demo=5
+        )
     for name in ("none", "labeled", "bootstrap", "random-search", "mipro", "gepa"):
         assert name in str(error.value)
     assert set(OPTIMIZERS) == {"none", "labeled", "bootstrap", "random-search", "mipro", "gepa"}
@@ -79,6 +81,7 @@ def test_bootstrap_runs_the_program_on_at_most_max_attempts_examples():
         lm=lm,
         adapter=dspy.ChatAdapter(),
         max_attempts=3,
+        max_docs_per_demo=5,
     )
     assert len(lm.history) == 3
 
@@ -89,7 +92,7 @@ def test_the_bootstrap_teacher_is_shown_labeled_demonstrations_of_examples_it_is
     lm = answering(right=True)
     compiled = compile_program(
         RAG(FixedRetriever(), k=1), examples(), optimizer="bootstrap", metric=em_metric, max_demos=2, lm=lm,
-        adapter=dspy.ChatAdapter(),
+        adapter=dspy.ChatAdapter(), max_docs_per_demo=5,
     )  # fmt: skip
     shown = [ex.question for ex in random.Random(0).sample(examples(), 5)[:2]]  # the first max_demos, shuffled
     for call in lm.history:
@@ -159,7 +162,9 @@ def test_random_search_picks_a_bootstrapped_candidate_and_caps_its_demos_and_doc
 
 def test_a_saved_program_reloads_to_the_same_demos_and_predictions(tmp_path):
     retriever = FixedRetriever()
-    compiled = compile_program(DRAG(retriever, k=2), examples(), optimizer="labeled", metric=em_metric, max_demos=2)
+    compiled = compile_program(
+        DRAG(retriever, k=2), examples(), optimizer="labeled", metric=em_metric, max_demos=2, max_docs_per_demo=5
+    )
     path = tmp_path / "drag.json"
     compiled.save(str(path), save_program=False)
     reloaded = DRAG(retriever, k=2)
@@ -202,12 +207,20 @@ def test_mipro_without_optuna_fails_before_any_work_with_an_install_hint(monkeyp
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "optuna" else find_spec(name, *a))
     lm = DummyLM([])
     with pytest.raises(ImportError, match="pip install 'optuna"):
-        compile_program(DRAG(FixedRetriever()), examples(), optimizer="mipro", metric=em_metric, max_demos=2, lm=lm)
+        compile_program(
+            DRAG(FixedRetriever()),
+            examples(),
+            optimizer="mipro",
+            metric=em_metric,
+            max_demos=2,
+            lm=lm,
+            max_docs_per_demo=5,
+        )
     assert lm.history == []
 
 
 def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):
-    compiled = LabeledWithDocuments(k=4).compile(IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()])
+    compiled = LabeledWithDocuments(4, 5).compile(IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()])
     path = tmp_path / "iterdrag.json"
     compiled.save(str(path), save_program=False)
     reloaded = IterDRAG(FixedRetriever(), k=2)
@@ -253,6 +266,7 @@ def test_the_teacher_lm_writes_the_demonstrations_and_the_student_lm_answers_at_
         lm=student,
         adapter=dspy.ChatAdapter(),
         teacher_lm=teacher,
+        max_docs_per_demo=5,
     )
     assert student.history == [] and teacher.history  # compiling ran the teacher only
     assert len(compiled.answer.demos) == 2 and all(d.get("augmented") for d in compiled.answer.demos)
@@ -265,7 +279,13 @@ def test_the_teacher_lm_writes_the_demonstrations_and_the_student_lm_answers_at_
 def test_a_teacher_needs_a_teleprompter_that_runs_one():
     with pytest.raises(ValueError, match=r"'labeled' runs no teacher.*bootstrap, random-search, mipro"):
         compile_program(
-            DRAG(FixedRetriever()), examples(), optimizer="labeled", metric=em_metric, teacher_lm=answering()
+            DRAG(FixedRetriever()),
+            examples(),
+            optimizer="labeled",
+            metric=em_metric,
+            teacher_lm=answering(),
+            max_demos=4,
+            max_docs_per_demo=5,
         )
 
 
@@ -289,7 +309,8 @@ def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_wh
     proposed = "Answer with the city's name only."
     reflection = DummyLM([{"new_instruction": proposed}] * 20, adapter=dspy.JSONAdapter())  # GEPA asks for JSON
     compiled = compile_program(program, train, optimizer="gepa", metric=em_metric, lm=answering(right=False),
-                               adapter=dspy.ChatAdapter(), budget="12", teacher_lm=reflection)  # fmt: skip
+                               adapter=dspy.ChatAdapter(), budget="12", teacher_lm=reflection,
+                               max_demos=4, max_docs_per_demo=5)  # fmt: skip
     used = compiled.detailed_results.total_metric_calls
     assert 0 < used <= 12 + len(train)  # checked between iterations: at most one minibatch and one evaluation over
     assert calls and reflection.history  # the feedback metric scored, the reflection LM proposed

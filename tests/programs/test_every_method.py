@@ -120,7 +120,9 @@ def test_labeled_demonstrations_of_the_final_answer_carry_documents_retrieved_fo
 
     retriever = OverlapRetriever()
     program = HAPPY_PATHS[method][0](retriever)
-    compiled = compile_program(program, TRAINSET, optimizer="labeled", metric=em_metric, max_demos=1)
+    compiled = compile_program(
+        program, TRAINSET, optimizer="labeled", metric=em_metric, max_demos=1, max_docs_per_demo=5
+    )
     for name, predictor in compiled.named_predictors():
         if predictor.signature.__name__ in ("Answer", "Synthesize"):
             assert [demo.answer for demo in predictor.demos] == ["Denver"], name
