@@ -138,7 +138,7 @@ def check_fits_context(
             raise ContextWindowError(
                 f"{type(program).__name__}.{name}: the longest prompt is estimated at {estimates[name]} tokens "
                 f"(+ {reserve} reserved for the answer), over the context window of {context_window} tokens of "
-                f"{getattr(lm, 'model', 'the LM')}; lower k, max_demos or max_docs_per_demo"
+                f"{getattr(lm, 'model', 'the LM')}; lower --docs, --shots or --docs-per-demo"
             )
     return estimates
 

@@ -72,17 +72,17 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
 class LabeledWithDocuments(Teleprompter):
     """LabeledFewShot (``dspy/teleprompt/vanilla.py``) whose demonstrations carry their own documents.
 
-    Samples ``k`` training examples; each predictor gets, up to ``k``, the demonstrations whose fields cover its
-    signature (``documents`` may be missing: then the demonstration is a question -> answer pair; another list
-    input may be missing: then it is shown empty).
+    Samples ``max_demos`` training examples; each predictor gets, up to ``max_demos``, the demonstrations whose
+    fields cover its signature (``documents`` may be missing: then the demonstration is a question -> answer pair;
+    another list input may be missing: then it is shown empty).
     """
 
-    def __init__(self, k: int = 4, max_docs_per_demo: int = 5, seed: int = 0):
-        self.k, self.max_docs_per_demo, self.seed = k, max_docs_per_demo, seed
+    def __init__(self, max_demos: int, max_docs_per_demo: int, seed: int = 0):
+        self.max_demos, self.max_docs_per_demo, self.seed = max_demos, max_docs_per_demo, seed
 
     def compile(self, student: Method, *, trainset: Sequence[dspy.Example]) -> Method:
         self.student = student.reset_copy()
-        examples = random.Random(self.seed).sample(list(trainset), min(self.k, len(trainset)))
+        examples = random.Random(self.seed).sample(list(trainset), min(self.max_demos, len(trainset)))
 
         def documents(query: str) -> list[str] | None:
             return demo_documents(self.student, query, self.max_docs_per_demo)
@@ -97,7 +97,7 @@ class LabeledWithDocuments(Teleprompter):
             candidates = [{**empty, **fields} for fields in offered]
             fits = [fields for fields in candidates if needed <= fields.keys()]
             predictor.demos = [dspy.Example({n: f[n] for n in signature.fields if n in f}) for f in fits]
-            predictor.demos = predictor.demos[: self.k]
+            predictor.demos = predictor.demos[: self.max_demos]
         return self.student
 
 

@@ -73,10 +73,11 @@ def balance_labels(
 
 class Grader(Method):
     """One ``Predict(Grade)`` as a method of its own, so that a teleprompter compiles it as it compiles any method:
-    it retrieves nothing, and its demonstrations are (question, document) -> grade."""
+    it retrieves nothing, and its demonstrations are (question, document) -> grade, one document each."""
 
     name = "grader"
     retrieves = False
+    demo_documents = False
 
     def __init__(self):
         super().__init__()
@@ -97,14 +98,14 @@ def compile_graders(
     trainset: Sequence[dspy.Example],
     *,
     optimizer: str,
-    max_demos: int = 4,
+    max_demos: int,
     calibrate: bool = False,
     **kwargs,
 ) -> Method:
     """Compile one ``Grader`` (a ``Predict(Grade)``) on ``grade_examples(trainset)`` with ``optimizer`` and give its
-    demos and instructions to every grader of ``program`` (changed in place and returned); with ``calibrate``, each grader
-    (a ``CalibratedPredict``) then learns its prior on content-free inputs with ``kwargs["lm"]``, the LM that will
-    grade. ``kwargs`` go to ``compile_program`` (lm, adapter, seed, ...). A program without graders, or ``none``,
+    demos and instructions to every grader of ``program`` (changed in place and returned); with ``calibrate``, each
+    grader (a ``CalibratedPredict``) then learns its prior on content-free inputs with ``kwargs["lm"]``, the LM that
+    will grade. ``kwargs`` go to ``compile_program`` (lm, adapter, seed, ...). A program without graders, or ``none``,
     is returned as it is."""
     from ragscale.optimizers.teleprompters import compile_program
 
@@ -114,7 +115,9 @@ def compile_graders(
     labelled = grade_examples(trainset)
     if not labelled:
         raise ValueError("compile_graders: no training example has paragraphs to label (field 'paragraphs')")
-    grader = compile_program(Grader(), labelled, optimizer=optimizer, metric=grade_match, max_demos=max_demos, **kwargs)
+    grader = compile_program(
+        Grader(), labelled, optimizer=optimizer, metric=grade_match, max_demos=max_demos, max_docs_per_demo=0, **kwargs
+    )
     learned = grader.predictors()[0]
     demos = balance_labels(learned.demos, labelled, max_demos)
     for target in targets:

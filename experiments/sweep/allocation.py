@@ -29,6 +29,7 @@ from typing import Any
 
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
+from ragscale.experiments.sweep.rows import Row
 
 THETA = ("docs", "shots", "iterations")
 
@@ -122,14 +123,14 @@ def fit(observations: Sequence[Observation]) -> AllocationModel:
     )
 
 
-def informativeness(rows: Iterable[Mapping[str, Any]]) -> tuple[float, float]:
-    """(i_doc, i_shot) from sweep rows (dicts with docs, shots, iterations, acc in percent): accuracy with 1
-    document and no shot, resp. no document and 1 shot, minus the accuracy with neither (closed-book, 0 shots).
-    Raises ValueError naming the missing configuration."""
+def informativeness(rows: Iterable[Row]) -> tuple[float, float]:
+    """(i_doc, i_shot) from sweep rows (acc in percent): accuracy with 1 document and no shot, resp. no document
+    and 1 shot, minus the accuracy with neither (closed-book, 0 shots). Raises ValueError naming the missing
+    configuration."""
     by_theta: dict[tuple[int, int], float] = {}
     for row in rows:
-        if int(row.get("iterations", 0)) == 0 and row.get("acc") is not None:
-            by_theta.setdefault((int(row["docs"]), int(row["shots"])), float(row["acc"]) / 100)
+        if row.iterations == 0 and row.acc is not None:
+            by_theta.setdefault((row.docs, row.shots), row.acc / 100)
     needed = {
         (0, 0): "0 documents, 0 shots (closed-book)",
         (1, 0): "1 document, 0 shots",
@@ -142,66 +143,48 @@ def informativeness(rows: Iterable[Mapping[str, Any]]) -> tuple[float, float]:
     return by_theta[(1, 0)] - base, by_theta[(0, 1)] - base
 
 
-def observations(rows: Iterable[Mapping[str, Any]], i: tuple[float, float]) -> list[Observation]:
-    return [
-        Observation(int(r["docs"]), int(r["shots"]), int(r["iterations"]), i, float(r["acc"]) / 100, int(r.get("n", 1)))
-        for r in rows
-        if r.get("acc") is not None
-    ]
+def observations(rows: Iterable[Row], i: tuple[float, float]) -> list[Observation]:
+    return [Observation(r.docs, r.shots, r.iterations, i, r.acc / 100, r.n or 1) for r in rows if r.acc is not None]
 
 
-def tokens_of(row: Mapping[str, Any]) -> float:
-    """A configuration's effective context: measured when it ran, else estimated."""
-    measured = row.get(EFFECTIVE_CONTEXT)
-    return float(measured if measured is not None else row["estimated_tokens"])
-
-
-def predict_best(
-    model: AllocationModel, candidates: Iterable[Mapping[str, Any]], budget: float, i: Sequence[float]
-) -> Mapping[str, Any] | None:
-    """The candidate (a dict with docs, shots, iterations and tokens) within `budget` of highest predicted
+def predict_best(model: AllocationModel, candidates: Iterable[Row], budget: float, i: Sequence[float]) -> Row | None:
+    """The candidate within `budget` (its effective context, measured or else estimated) of highest predicted
     accuracy; None when none fits."""
-    within = [c for c in candidates if tokens_of(c) <= budget]
+    within = [c for c in candidates if c.effective_context() <= budget]
     if not within:
         return None
-    return max(within, key=lambda c: (model.predict(c["docs"], c["shots"], c["iterations"], i), -tokens_of(c)))
+    return max(within, key=lambda c: (model.predict(c.docs, c.shots, c.iterations, i), -c.effective_context()))
 
 
-def best_measured(rows: Iterable[Mapping[str, Any]], budget: float) -> Mapping[str, Any] | None:
-    within = [r for r in rows if r.get("acc") is not None and tokens_of(r) <= budget]
-    return max(within, key=lambda r: (r["acc"], r.get("em", 0), -tokens_of(r)), default=None)
+def best_measured(rows: Iterable[Row], budget: float) -> Row | None:
+    within = [r for r in rows if r.acc is not None and r.effective_context() <= budget]
+    return max(within, key=lambda r: (r.acc, r.em or 0, -r.effective_context()), default=None)
 
 
-def assess(
-    model: AllocationModel, rows: Sequence[Mapping[str, Any]], budget: float, i: Sequence[float]
-) -> dict[str, Any] | None:
+def assess(model: AllocationModel, rows: Sequence[Row], budget: float, i: Sequence[float]) -> dict[str, Any] | None:
     """The predicted configuration at `budget`, its measured accuracy, and that as % of the grid's best there."""
     predicted = predict_best(model, rows, budget, i)
     best = best_measured(rows, budget)
     if predicted is None or best is None:
         return None
-    ratio = 100 * predicted["acc"] / best["acc"] if best["acc"] else (100.0 if not predicted["acc"] else 0.0)
+    ratio = 100 * predicted.acc / best.acc if best.acc else (100.0 if not predicted.acc else 0.0)
     return {
         "budget": budget,
         "predicted": _label(predicted),
-        "predicted_acc": predicted["acc"],
-        "predicted_model_acc": round(
-            100 * model.predict(predicted["docs"], predicted["shots"], predicted["iterations"], i), 2
-        ),
+        "predicted_acc": predicted.acc,
+        "predicted_model_acc": round(100 * model.predict(predicted.docs, predicted.shots, predicted.iterations, i), 2),
         "best": _label(best),
-        "best_acc": best["acc"],
+        "best_acc": best.acc,
         "percent_of_best": round(ratio, 1),
     }
 
 
-def extrapolation(
-    rows: Sequence[Mapping[str, Any]], budgets: Sequence[float], i: tuple[float, float]
-) -> list[dict[str, Any]]:
+def extrapolation(rows: Sequence[Row], budgets: Sequence[float], i: tuple[float, float]) -> list[dict[str, Any]]:
     """The paper's check: fit on configurations within budget B, predict the best configuration at the next budget."""
     checks = []
     ordered = sorted(budgets)
     for low, high in itertools.pairwise(ordered):
-        train = [r for r in rows if r.get("acc") is not None and tokens_of(r) <= low]
+        train = [r for r in rows if r.acc is not None and r.effective_context() <= low]
         if len(train) < 3:
             continue
         result = assess(fit(observations(train, i)), rows, high, i)
@@ -210,8 +193,8 @@ def extrapolation(
     return checks
 
 
-def _label(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: row[k] for k in ("method", "docs", "shots", "iterations") if k in row} | {"tokens": tokens_of(row)}
+def _label(row: Row) -> dict[str, Any]:
+    return {**asdict(row.point), EFFECTIVE_CONTEXT: row.effective_context()}
 
 
 def save(path: Path, payload: Mapping[str, Any]) -> None:

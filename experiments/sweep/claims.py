@@ -40,22 +40,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ragscale.experiments.compare import BootstrapCI, format_ci, paired_bootstrap
-from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
-from ragscale.experiments.sweep.grid import BASELINE, Point, format_size
+from ragscale.experiments.sweep.grid import BASELINE, format_size
 from ragscale.experiments.sweep.report import best_within
+from ragscale.experiments.sweep.rows import Row
 
 ALLOCATION_R2 = 0.9  # the paper's fit reaches 0.903
 ALLOCATION_PICK = 95.0  # "within a few percent": every pick reaches this % of the grid's best at its budget
 FLAT_STEPS = 2  # the per-budget best unchanged over this many budget steps at the top: the curve has saturated
 
-Row = Mapping[str, Any]
 Scores = Callable[[str], Mapping[str, float] | None]  # run id -> per-question Acc in percent; None: unreadable
 
 
 def label(row: Row) -> str:
-    if row["method"].startswith("oracle"):
-        return row["method"]
-    return Point(row["method"], row["docs"], row["shots"], row["iterations"]).label
+    return row.label
 
 
 class Pairs:
@@ -65,9 +62,9 @@ class Pairs:
         self.scores, self.seed, self.read = scores, seed, {}
 
     def of(self, row: Row) -> Mapping[str, float] | None:
-        if row["run_id"] not in self.read:
-            self.read[row["run_id"]] = self.scores(row["run_id"])
-        return self.read[row["run_id"]]
+        if row.run_id not in self.read:
+            self.read[row.run_id] = self.scores(row.run_id)
+        return self.read[row.run_id]
 
     def ci(self, a: Row, b: Row) -> BootstrapCI | None:
         sa, sb = self.of(a), self.of(b)
@@ -76,8 +73,8 @@ class Pairs:
     def pair(self, a: Row, b: Row, **extra: Any) -> dict[str, Any]:
         ci = self.ci(a, b)
         return {
-            "a": label(a), "b": label(b), "a_acc": a["acc"], "b_acc": b["acc"],
-            "a_tokens": a[EFFECTIVE_CONTEXT], "b_tokens": b[EFFECTIVE_CONTEXT],
+            "a": label(a), "b": label(b), "a_acc": a.acc, "b_acc": b.acc,
+            "a_tokens": a.effective_context(), "b_tokens": b.effective_context(),
             "ci": ci, "text": format_ci(ci) if self.of(a) and self.of(b) else "n/a (no per-question scores)",
             **extra,
         }  # fmt: skip
@@ -99,7 +96,7 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
     # a step is informative when configurations entered between its budgets; past the grid's largest effective
     # context a budget adds none, and an unchanged best there says nothing about the claim
     steps = [
-        (lo, hi) for lo, hi in itertools.pairwise(optimum) if any(lo[0] < r[EFFECTIVE_CONTEXT] <= hi[0] for r in rows)
+        (lo, hi) for lo, hi in itertools.pairwise(optimum) if any(lo[0] < r.effective_context() <= hi[0] for r in rows)
     ]
     rises = [pairs.pair(hi, lo, budget=b) for (_, lo), (b, hi) in steps if hi is not lo]
     (b0, first), (b1, last) = optimum[0], optimum[-1]
@@ -112,7 +109,7 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
         if verdict == "held" and len(rises) < len(steps):
             verdict = "not shown"  # higher at the top, but not at every step
     path = "; ".join(
-        f"{_span([b for b, _ in group])}: {label(r)} {r['acc']:.1f} ({r[EFFECTIVE_CONTEXT]:,.0f})"
+        f"{_span([b for b, _ in group])}: {label(r)} {r.acc:.1f} ({r.effective_context():,.0f})"
         for group in _runs_of(optimum)
         for r in [group[0][1]]
     )
@@ -141,10 +138,10 @@ def _span(budgets: Sequence[int]) -> str:
 def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[str, Any] | None:
     found, drag_alone = [], False  # drag_alone: at the smallest budget DRAG fits and no IterDRAG does
     for b in budgets:
-        drag = best_within([r for r in rows if r["method"] == "drag"], b)
-        iterdrag = best_within([r for r in rows if r["method"] == "iterdrag"], b)
+        drag = best_within([r for r in rows if r.method == "drag"], b)
+        iterdrag = best_within([r for r in rows if r.method == "iterdrag"], b)
         if drag is not None and iterdrag is not None:
-            found.append((b, best_within(rows, b)["method"], pairs.pair(iterdrag, drag, budget=b)))
+            found.append((b, best_within(rows, b).method, pairs.pair(iterdrag, drag, budget=b)))
         drag_alone = drag_alone or (drag is not None and iterdrag is None and not found)
     if not found:
         return None
@@ -171,7 +168,7 @@ def same_setting(rows: Sequence[Row], pairs: Pairs, *, claim: str, changed: Call
     documents and shots."""
     found = []
     for row in filter(changed, rows):
-        partner = next((r for r in rows if base(r) and (r["docs"], r["shots"]) == (row["docs"], row["shots"])), None)
+        partner = next((r for r in rows if base(r) and (r.docs, r.shots) == (row.docs, row.shots)), None)
         if partner is not None:
             found.append(pairs.pair(row, partner))
     if not found:
@@ -205,8 +202,8 @@ def allocation_fit(fitted: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
-    closed = next((r for r in rows if r["method"] == BASELINE and r["shots"] == 0), None)
-    found = [pairs.pair(r, closed) for r in rows if closed and r["method"] == "rag" and r["shots"] == 0]
+    closed = next((r for r in rows if r.method == BASELINE and r.shots == 0), None)
+    found = [pairs.pair(r, closed) for r in rows if closed and r.method == "rag" and r.shots == 0]
     if not found:
         return None
     return {
@@ -218,7 +215,7 @@ def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
 
 
 def oracle_bounds(rows: Sequence[Row], budgets: Sequence[int], oracle: Sequence[Row], pairs: Pairs) -> list[dict]:
-    by_name = {r["method"]: r for r in _measured(oracle)}
+    by_name = {r.method: r for r in _measured(oracle)}
     gold, every, best = by_name.get("oracle-gold"), by_name.get("oracle-all"), best_within(rows, budgets[-1])
     checks = [
         ("retrieval bounds the reader: given the gold paragraphs, it beats the grid's best", gold, best),
@@ -228,8 +225,8 @@ def oracle_bounds(rows: Sequence[Row], budgets: Sequence[int], oracle: Sequence[
     for claim, a, b in checks:
         if a is not None and b is not None:
             p = pairs.pair(a, b)
-            here = f"{p['a']} {a['acc']:.1f} ({a[EFFECTIVE_CONTEXT]:,.0f} tokens) - {p['b']} {b['acc']:.1f} "
-            here += f"({b[EFFECTIVE_CONTEXT]:,.0f}): {p['text']}"
+            here = f"{p['a']} {a.acc:.1f} ({a.effective_context():,.0f} tokens) - {p['b']} {b.acc:.1f} "
+            here += f"({b.effective_context():,.0f}): {p['text']}"
             claims.append({"claim": claim, "here": here, "verdict": _verdict([p["ci"]], every=True), "pairs": [p]})
     return claims
 
@@ -253,14 +250,14 @@ def check_claims(
         drag_then_iterdrag(measured, budgets, pairs),
         same_setting(
             measured, pairs, claim="more IterDRAG iterations help at the same documents and shots",
-            changed=lambda r: r["method"] == "iterdrag" and r["iterations"] > 1,
-            base=lambda r: r["method"] == "iterdrag" and r["iterations"] == 1,
+            changed=lambda r: r.method == "iterdrag" and r.iterations > 1,
+            base=lambda r: r.method == "iterdrag" and r.iterations == 1,
         ),
         same_setting(
             measured, pairs, claim="DRAG's demonstrations, which carry their documents, beat RAG's at the same "
             "documents and shots",
-            changed=lambda r: r["method"] == "drag" and r["shots"] > 0,
-            base=lambda r: r["method"] == "rag",
+            changed=lambda r: r.method == "drag" and r.shots > 0,
+            base=lambda r: r.method == "rag",
         ),
         allocation_fit(fitted),
         retrieval(measured, pairs),
@@ -270,7 +267,7 @@ def check_claims(
 
 
 def _measured(rows: Sequence[Row]) -> list[Row]:
-    return [r for r in rows if None not in (r.get("acc"), r.get(EFFECTIVE_CONTEXT), r.get("run_id"))]
+    return [r for r in rows if None not in (r.acc, r.effective_context_tokens_per_question, r.run_id)]
 
 
 def _json(claim: dict[str, Any]) -> dict[str, Any]:

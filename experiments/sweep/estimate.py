@@ -96,7 +96,7 @@ class Estimate:
 def estimate_fields(estimate: Estimate) -> dict[str, Any]:
     """What a finished configuration keeps of the estimate made just before it ran (its ledger row, its tag)."""
     return {
-        "estimated_tokens": round(estimate.tokens, 1),
+        "estimated_effective_context": round(estimate.tokens, 1),
         "estimated_calls": round(estimate.calls, 2),
         "estimate_basis": estimate.basis,
     }

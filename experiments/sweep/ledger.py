@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ragscale.data.offline import go_offline
 from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
 from ragscale.experiments.files import slug, write_json
+from ragscale.experiments.sweep.rows import FIELDS
+from ragscale.process import go_offline
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,11 @@ def load_ledger(sweep_dir: Path) -> dict[str, dict]:
         ledger = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc}); delete it, the MLflow runs rebuild it") from exc
-    stale = [key for key, row in ledger.items() if not set(ROW_FIELDS) <= set(row)]
+    stale = [key for key, row in ledger.items() if not set(ROW_FIELDS) <= set(row) <= FIELDS]
     if stale:
         raise ConfigError(
-            f"{path}: rows {', '.join(stale[:3])} lack {', '.join(ROW_FIELDS)} (a ledger of an older ragscale); "
-            "delete it, the MLflow runs rebuild it"
+            f"{path}: rows {', '.join(stale[:3])} lack {', '.join(ROW_FIELDS)} or hold fields a sweep row has not "
+            "(a ledger of an older ragscale); delete it, the MLflow runs rebuild it"
         )
     return ledger
 
@@ -83,7 +84,7 @@ def mlflow_rows(runs_dir: Path) -> dict[str, dict]:
     for run in tracking.finished_runs(runs_dir, kind="run"):
         key = run.data.tags.get(SWEEP_KEY_TAG)
         if key is not None:
-            estimate = json.loads(run.data.tags.get(ESTIMATE_TAG, "{}"))
+            estimate = {k: v for k, v in json.loads(run.data.tags.get(ESTIMATE_TAG, "{}")).items() if k in FIELDS}
             rows[key] = ledger_row(run.info.run_id, run.data.tags.get("lm"), run.data.metrics, estimate)
     return rows
 

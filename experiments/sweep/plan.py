@@ -32,7 +32,7 @@ class PlannedPoint:
         return {
             **asdict(self.point),
             "key": self.key,
-            "estimated_tokens": round(self.estimate.tokens, 1),
+            "estimated_effective_context": round(self.estimate.tokens, 1),
             "estimated_low": round(self.estimate.low, 1),
             "estimated_high": round(self.estimate.high, 1),
             "estimated_calls": round(self.estimate.calls, 2),

@@ -16,30 +16,31 @@ from typing import Any
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.sweep import allocation
 from ragscale.experiments.sweep.grid import Point, format_size
+from ragscale.experiments.sweep.rows import Row
 from ragscale.programs import PROGRAMS, method_named
 
 log = logging.getLogger(__name__)
 
 
-def _rank(row: Mapping[str, Any]) -> tuple:
-    return (row["acc"], row["em"], row["f1"], -allocation.tokens_of(row))
+def _rank(row: Row) -> tuple:
+    return (row.acc, row.em, row.f1, -row.effective_context())
 
 
-def best_within(rows: Sequence[Mapping[str, Any]], budget: float) -> Mapping[str, Any] | None:
+def best_within(rows: Sequence[Row], budget: float) -> Row | None:
     """The best measured configuration whose effective context is at most ``budget``; None when none fits."""
-    within = [r for r in rows if r.get("acc") is not None and r.get(EFFECTIVE_CONTEXT) is not None]
-    return max((r for r in within if r[EFFECTIVE_CONTEXT] <= budget), key=_rank, default=None)
+    within = [r for r in rows if r.acc is not None and r.effective_context_tokens_per_question is not None]
+    return max((r for r in within if r.effective_context() <= budget), key=_rank, default=None)
 
 
-def budget_table(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> list[dict[str, Any]]:
+def budget_table(rows: Sequence[Row], budgets: Sequence[int]) -> list[dict[str, Any]]:
     """Per budget, the best configuration per method and overall (the paper's Table 1 shape)."""
     table = []
-    measured = [r for r in rows if r.get("acc") is not None and r.get(EFFECTIVE_CONTEXT) is not None]
+    measured = [r for r in rows if r.acc is not None and r.effective_context_tokens_per_question is not None]
     for budget in sorted(budgets):
-        within = [r for r in measured if r[EFFECTIVE_CONTEXT] <= budget]
-        methods = sorted({r["method"] for r in within}, key=lambda m: (method_named(m).retrieves, m))
+        within = [r for r in measured if r.effective_context() <= budget]
+        methods = sorted({r.method for r in within}, key=lambda m: (method_named(m).retrieves, m))
         for method in [*methods, "best"]:
-            pool = within if method == "best" else [r for r in within if r["method"] == method]
+            pool = within if method == "best" else [r for r in within if r.method == method]
             if not pool:
                 continue
             best = max(pool, key=_rank)
@@ -47,17 +48,17 @@ def budget_table(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int]) -> l
                 {
                     "budget": budget,
                     "method": method,
-                    "config": Point(best["method"], best["docs"], best["shots"], best["iterations"]).label,
-                    "em": best["em"],
-                    "f1": best["f1"],
-                    "acc": best["acc"],
-                    EFFECTIVE_CONTEXT: best[EFFECTIVE_CONTEXT],
+                    "config": best.label,
+                    "em": best.em,
+                    "f1": best.f1,
+                    "acc": best.acc,
+                    EFFECTIVE_CONTEXT: best.effective_context(),
                 }
             )
     return table
 
 
-def format_table(table: Sequence[Mapping[str, Any]]) -> str:
+def format_table(table: Sequence[Row]) -> str:
     lines = [
         "| budget | method | best configuration | EM | F1 | Acc | tokens/question |",
         "|---|---|---|---:|---:|---:|---:|",
@@ -71,10 +72,10 @@ def format_table(table: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_grid(rows: Sequence[Mapping[str, Any]]) -> str:
+def format_grid(rows: Sequence[Row]) -> str:
     """Every measured configuration as Acc (tokens of effective context per question): a row per documents k and
     shots m, a column per method (IterDRAG's per iteration count); closed-book beneath."""
-    measured = {(r["method"], r["docs"], r["shots"], r["iterations"]): r for r in rows if r.get("acc") is not None}
+    measured = {(r.method, r.docs, r.shots, r.iterations): r for r in rows if r.acc is not None}
     columns = sorted({(m, n) for m, _, _, n in measured if method_named(m).retrieves}, key=lambda c: (order(c[0]), c))
     settings = sorted({(k, s) for m, k, s, _ in measured if method_named(m).retrieves})
     names = [f"{m} n={n}" if method_named(m).iterates else m for m, n in columns]
@@ -83,11 +84,11 @@ def format_grid(rows: Sequence[Mapping[str, Any]]) -> str:
         cells = []
         for method, n in columns:
             r = measured.get((method, k, shots, n))
-            cells.append("" if r is None else f"{r['acc']:.1f} ({r[EFFECTIVE_CONTEXT]:,.0f})")
+            cells.append("" if r is None else f"{r.acc:.1f} ({r.effective_context():,.0f})")
         lines.append(f"| {k} | {shots} | " + " | ".join(cells) + " |")
     for method in sorted({m for m, *_ in measured if not method_named(m).retrieves}):
         shown = [r for (m, *_), r in sorted(measured.items()) if m == method]
-        lines += ["", f"{method}: " + ", ".join(f"m={r['shots']} {r['acc']:.1f}" for r in shown)]
+        lines += ["", f"{method}: " + ", ".join(f"m={r.shots} {r.acc:.1f}" for r in shown)]
     return "\n".join(lines)
 
 
@@ -97,12 +98,12 @@ def order(method: str) -> int:
 
 
 def plot(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[Row],
     budgets: Sequence[int],
     path: Path,
     *,
     title: str = "",
-    oracle: Sequence[Mapping[str, Any]] = (),
+    oracle: Sequence[Row] = (),
 ) -> Path:
     """Accuracy against effective context (log x): every configuration a point coloured by method, the per-budget
     optimum as a line, and the ``oracle`` rows (the reader given the gold, or all, paragraphs) as labelled stars
@@ -112,16 +113,16 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def placed(row: Mapping[str, Any]) -> bool:  # scored, with an effective context to stand on the x axis
-        return row.get("acc") is not None and bool(row.get(EFFECTIVE_CONTEXT))
+    def placed(row: Row) -> bool:  # scored, with an effective context to stand on the x axis
+        return row.acc is not None and bool(row.effective_context_tokens_per_question)
 
     measured = [r for r in rows if placed(r)]
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    for method in sorted({r["method"] for r in measured}):
-        mine = [r for r in measured if r["method"] == method]
+    for method in sorted({r.method for r in measured}):
+        mine = [r for r in measured if r.method == method]
         ax.scatter(
-            [r[EFFECTIVE_CONTEXT] for r in mine],
-            [r["acc"] for r in mine],
+            [r.effective_context() for r in mine],
+            [r.acc for r in mine],
             label=method,
             color=f"C{order(method) % 10}",
             alpha=0.75,
@@ -131,16 +132,16 @@ def plot(
     for budget in sorted(budgets):
         best = best_within(measured, budget)
         if best is not None:
-            optimum += [(best[EFFECTIVE_CONTEXT], best["acc"]), (budget, best["acc"])]
-            marks.append((best[EFFECTIVE_CONTEXT], best["acc"]))
+            optimum += [(best.effective_context(), best.acc), (budget, best.acc)]
+            marks.append((best.effective_context(), best.acc))
         ax.axvline(budget, color="0.85", linestyle=":", linewidth=1, zorder=0)
     if optimum:
         xs, ys = zip(*sorted(optimum), strict=True)
         ax.plot(xs, ys, color="black", linewidth=1.2, label="per-budget optimum")
         ax.scatter(*zip(*marks, strict=True), color="black", marker="D", s=18, zorder=3)
     for row in filter(placed, oracle):
-        ax.scatter(row[EFFECTIVE_CONTEXT], row["acc"], marker="*", s=90, color="crimson", zorder=3)
-        ax.annotate(row["method"], (row[EFFECTIVE_CONTEXT], row["acc"]), textcoords="offset points",
+        ax.scatter(row.effective_context(), row.acc, marker="*", s=90, color="crimson", zorder=3)
+        ax.annotate(row.method, (row.effective_context(), row.acc), textcoords="offset points",
                     xytext=(6, -3), fontsize=8, color="crimson")  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlabel("effective context length (input tokens of all LM calls per question)")
@@ -155,17 +156,17 @@ def plot(
     return path
 
 
-def fit_allocation(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], dataset: str) -> dict[str, Any] | None:
+def fit_allocation(rows: Sequence[Row], budgets: Sequence[int], dataset: str) -> dict[str, Any] | None:
     """Fit the allocation model on the rows of methods whose demonstrations carry documents (the paper's family:
     DRAG, IterDRAG, and closed-book, which has none to carry; all methods when only the baseline is left), assess
     it at each budget and extrapolate; None when there is too little to fit. Informativeness is read off the
     methods that do not iterate."""
-    measured = [r for r in rows if r.get("acc") is not None]
-    family = [r for r in measured if method_named(r["method"]).demo_documents]
-    if not any(method_named(r["method"]).retrieves for r in family):
+    measured = [r for r in rows if r.acc is not None]
+    family = [r for r in measured if method_named(r.method).demo_documents]
+    if not any(method_named(r.method).retrieves for r in family):
         family = measured
     try:
-        i = allocation.informativeness([r for r in measured if not method_named(r["method"]).iterates])
+        i = allocation.informativeness([r for r in measured if not method_named(r.method).iterates])
     except ValueError as exc:
         log.warning("no allocation model: %s", exc)
         return None
@@ -175,15 +176,12 @@ def fit_allocation(rows: Sequence[Mapping[str, Any]], budgets: Sequence[int], da
     model = allocation.fit(allocation.observations(family, i))
     model.informativeness = {dataset: list(i)}
     at_budget = [a for b in sorted(budgets) if (a := allocation.assess(model, family, b, i)) is not None]
-    candidates = [
-        {k: r[k] for k in ("method", "docs", "shots", "iterations", "estimated_tokens", EFFECTIVE_CONTEXT, "acc")}
-        for r in family
-    ]
+    candidates = [r.to_json() for r in family]
     return {
         "model": model.to_json(),
         "dataset": dataset,
         "informativeness": list(i),
-        "methods": sorted({r["method"] for r in family}),
+        "methods": sorted({r.method for r in family}),
         "at_budget": at_budget,
         "extrapolation": allocation.extrapolation(family, budgets, i),
         "candidates": candidates,

@@ -57,6 +57,7 @@ from ragscale.experiments.sweep.grid import Grid, Point, format_size, point_conf
 from ragscale.experiments.sweep.ledger import (
     ALLOCATION,
     ESTIMATE_TAG,
+    LEDGER,
     RESULTS,
     SCORES,
     SWEEP_KEY_TAG,
@@ -76,6 +77,7 @@ from ragscale.experiments.sweep.report import (
     format_table,
     plot,
 )
+from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.speed import Speed, measure_speed, speed_from_runs
 from ragscale.programs import method_named
 
@@ -93,12 +95,12 @@ class SweepResult:
     ran: list[str]
     skipped: list[str]
     failed: list[str]
-    rows: list[dict]
+    rows: list[Row]
     table: list[dict]
     allocation: dict | None
     plot_path: Path | None
     plan: list[PlannedPoint]
-    oracle: list[dict] = field(default_factory=list)
+    oracle: list[Row] = field(default_factory=list)
     claims: list[dict] = field(default_factory=list)
 
 
@@ -248,7 +250,7 @@ ORACLE_K = 20  # the oracle returns a question's paragraphs whatever k asks; k i
 
 def _oracle_rows(
     base: RunConfig, got: _Setup, *, parent: str, sweep_dir: Path, fingerprint: str, progress: bool, report
-) -> tuple[list[dict], list[str]]:
+) -> tuple[list[Row], list[str]]:
     """The RAG program given each question's gold paragraphs, then all of its paragraphs (``OracleRetriever``): the
     reader's bound without retrieval errors, and with every distractor, beside the grid. Run once, kept in the
     ledger under their keys like a configuration, and left out of the budget table and the allocation model (no
@@ -283,7 +285,9 @@ def _oracle_rows(
             found = got.ledger[key] = ledger_row(summary["mlflow_run_id"], base.lm, summary, {})
             save_ledger(sweep_dir, got.ledger)
             report(f"  Acc {summary['acc']:.1f}; {summary[EFFECTIVE_CONTEXT]:,.0f} tokens/question")
-        rows.append({"method": name, "docs": 0, "shots": 0, "iterations": 0, "key": key, **found, "lm": base.lm})
+        rows.append(
+            Row.from_json({**found, "method": name, "docs": 0, "shots": 0, "iterations": 0, "key": key, "lm": base.lm})
+        )
     return rows, failed
 
 
@@ -438,7 +442,7 @@ def run_sweep(
         in_plan = {item.key: i for i, item in enumerate(todo)}
         ran.sort(key=in_plan.__getitem__)  # in the plan's order, not the order they finished in
         failed.sort(key=in_plan.__getitem__)
-        oracle: list[dict] = []
+        oracle: list[Row] = []
         if grid.baselines:
             oracle, oracle_failed = _oracle_rows(
                 base, got, parent=parent, sweep_dir=sweep_dir, fingerprint=fingerprint, progress=progress, report=report
@@ -451,7 +455,7 @@ def run_sweep(
                 row = {**item.row(), **found, "lm": base.lm}
                 if "estimate_basis" not in found:  # ran before estimates were kept: this one was made after it ran
                     row["estimate_basis"] += ", made after it ran"
-                rows.append(row)
+                rows.append(Row.from_json(row, source=f"{sweep_dir / LEDGER} {item.key}"))
         table = budget_table(rows, grid.budgets)
         fitted = fit_allocation(rows, grid.budgets, base.dataset)
         claims: list[dict] = []
@@ -462,7 +466,13 @@ def run_sweep(
         except Exception as exc:  # the tables, the plot and the model are still written; the report says why not
             log.exception("the paper's claims were not checked")
             report(f"the paper's claims were not checked: {type(exc).__name__}: {exc}")
-        results = {"grid": asdict(grid), "rows": rows, "table": table, "oracle": oracle, "claims": claims}
+        results = {
+            "grid": asdict(grid),
+            "rows": [r.to_json() for r in rows],
+            "table": table,
+            "oracle": [r.to_json() for r in oracle],
+            "claims": claims,
+        }
         write_json(sweep_dir / RESULTS, results)
         # The folder's files are of this sitting: one left from an earlier one would not match results.json.
         if per_question is None:
@@ -538,18 +548,19 @@ def allocate(sweep_dir: Path, budget: int) -> dict[str, Any]:
         raise ConfigError(str(exc)) from exc
     model = allocation.AllocationModel.from_json(fitted["model"])
     i = fitted["informativeness"]
-    best = allocation.predict_best(model, fitted["candidates"], budget, i)
+    candidates = [Row.from_json(c, source=str(path)) for c in fitted["candidates"]]
+    best = allocation.predict_best(model, candidates, budget, i)
     if best is None:
-        smallest = min(allocation.tokens_of(c) for c in fitted["candidates"])
+        smallest = min(c.effective_context() for c in candidates)
         raise ConfigError(f"no configuration of the sweep fits {budget} tokens (the smallest needs {smallest:,.0f})")
     return {
         "budget": budget,
-        "method": best["method"],
-        "docs": best["docs"],
-        "shots": best["shots"],
-        "iterations": best["iterations"],
-        "tokens_per_question": allocation.tokens_of(best),
-        "predicted_acc": round(100 * model.predict(best["docs"], best["shots"], best["iterations"], i), 2),
-        "measured_acc": best.get("acc"),
+        "method": best.method,
+        "docs": best.docs,
+        "shots": best.shots,
+        "iterations": best.iterations,
+        EFFECTIVE_CONTEXT: best.effective_context(),
+        "predicted_acc": round(100 * model.predict(best.docs, best.shots, best.iterations, i), 2),
+        "measured_acc": best.acc,
         "r2": model.r2,
     }

@@ -20,14 +20,15 @@ from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import write_json
 from ragscale.experiments.sweep.claims import check_claims
 from ragscale.experiments.sweep.ledger import ALLOCATION, RESULTS, SCORES, acc_by_question
+from ragscale.experiments.sweep.rows import Row
 
 
-def collect(runs_dir: Path, rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+def collect(runs_dir: Path, rows: Iterable[Row]) -> dict[str, dict[str, float]]:
     """Per run id of ``rows`` (the grid's and the oracle's), its per-question Acc in percent; a run whose records
     cannot be read is left out, and the comparisons that need it say so (``claims.Pairs``)."""
     scores: dict[str, dict[str, float]] = {}
     for row in rows:
-        run_id = row.get("run_id")
+        run_id = row.run_id
         if run_id and run_id not in scores and (acc := acc_by_question(runs_dir, run_id)) is not None:
             scores[run_id] = acc
     return scores
@@ -46,17 +47,17 @@ def _read(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
 
 
-def check_against(rows: Iterable[Mapping[str, Any]], scores: Mapping[str, Mapping[str, float]], path: Path) -> None:
+def check_against(rows: Iterable[Row], scores: Mapping[str, Mapping[str, float]], path: Path) -> None:
     """Each run's scores in ``path`` are its row's: as many questions as its ``n``, their mean its ``acc``."""
     for row in rows:
-        got = scores.get(row.get("run_id") or "")
+        got = scores.get(row.run_id or "")
         if got is None:
             continue
         mean = sum(got.values()) / len(got) if got else float("nan")
-        if len(got) != row["n"] or not abs(mean - row["acc"]) < 0.01:
+        if len(got) != row.n or not abs(mean - row.acc) < 0.01:
             raise ConfigError(
-                f"{path}: run {row['run_id']} has {len(got)} scores averaging {mean:.2f}, but its row in {RESULTS} "
-                f"says n {row['n']} and acc {row['acc']}: the files are not of one sweep"
+                f"{path}: run {row.run_id} has {len(got)} scores averaging {mean:.2f}, but its row in {RESULTS} "
+                f"says n {row.n} and acc {row.acc}: the files are not of one sweep"
             )
 
 
@@ -68,7 +69,8 @@ def recheck(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     missing = [k for k in ("grid", "rows", "oracle", "claims") if k not in results]
     if missing:
         raise ConfigError(f"{sweep_dir / RESULTS}: lacks {', '.join(missing)} (written by an older ragscale)")
-    check_against([*results["rows"], *results["oracle"]], scores, sweep_dir / SCORES)
+    rows, oracle = ([Row.from_json(r, source=str(sweep_dir / RESULTS)) for r in results[k]] for k in ("rows", "oracle"))
+    check_against([*rows, *oracle], scores, sweep_dir / SCORES)
     fitted = _read(sweep_dir / ALLOCATION) if (sweep_dir / ALLOCATION).exists() else None
-    claims = check_claims(results["rows"], results["grid"]["budgets"], fitted, scores.get, oracle=results["oracle"])
+    claims = check_claims(rows, results["grid"]["budgets"], fitted, scores.get, oracle=oracle)
     return json.loads(json.dumps(claims)), results["claims"]

@@ -1,7 +1,7 @@
 """Hybrid retrieval by reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009), and the factory.
 
-RRF score of a passage: ``sum_i w_i / (k + rank_i)`` over the rankings that contain it, rank starting at 1,
-``k = 60`` as in the paper, ``w_i = 1`` unless weights are given. A passage repeated inside one ranking counts
+RRF score of a passage: ``sum_i w_i / (constant + rank_i)`` over the rankings that contain it, rank starting at 1,
+``constant = 60`` (the paper's k), ``w_i = 1`` unless weights are given. A passage repeated inside one ranking counts
 at its best rank only. Ties keep first-seen order (earlier ranking, higher rank).
 """
 
@@ -19,7 +19,9 @@ from ragscale.programs.retrieval.passage import Passage, Retriever
 RETRIEVERS = ("dense", "bm25", "hybrid")
 
 
-def rrf(rankings: Sequence[Sequence[Passage]], k: int = 60, weights: Sequence[float] | None = None) -> list[Passage]:
+def rrf(
+    rankings: Sequence[Sequence[Passage]], constant: int = 60, weights: Sequence[float] | None = None
+) -> list[Passage]:
     """Fuse most-relevant-first rankings into one, deduplicated by passage id; ``score`` is the fused score."""
     if weights is None:
         weights = [1.0] * len(rankings)
@@ -34,7 +36,7 @@ def rrf(rankings: Sequence[Sequence[Passage]], k: int = 60, weights: Sequence[fl
                 continue
             seen.add(passage.id)
             first.setdefault(passage.id, passage)
-            scores[passage.id] = scores.get(passage.id, 0.0) + weight / (k + rank)
+            scores[passage.id] = scores.get(passage.id, 0.0) + weight / (constant + rank)
     order = sorted(first, key=lambda i: -scores[i])  # stable: ties keep first-seen order
     return [replace(first[i], score=scores[i]) for i in order]
 
@@ -52,14 +54,14 @@ class HybridRetriever:
         dense: Retriever,
         bm25: Retriever,
         *,
-        rrf_k: int = 60,
+        rrf_constant: int = 60,
         weights: Sequence[float] | None = None,
         depth_factor: int = 3,
         min_depth: int = 20,
     ) -> None:
         self.dense = dense
         self.bm25 = bm25
-        self.rrf_k = rrf_k
+        self.rrf_constant = rrf_constant
         self.weights = tuple(weights) if weights is not None else None
         self.depth_factor = depth_factor
         self.min_depth = min_depth
@@ -68,13 +70,17 @@ class HybridRetriever:
         if k <= 0:
             return []
         depth = max(k * self.depth_factor, self.min_depth)
-        return rrf([self.dense(query, depth), self.bm25(query, depth)], k=self.rrf_k, weights=self.weights)[:k]
+        return rrf(
+            [self.dense(query, depth), self.bm25(query, depth)], constant=self.rrf_constant, weights=self.weights
+        )[:k]
 
     def __deepcopy__(self, memo: dict) -> HybridRetriever:
         return self
 
     def __repr__(self) -> str:
-        return f"HybridRetriever({self.dense!r}, {self.bm25!r}, rrf_k={self.rrf_k}, weights={self.weights})"
+        return (
+            f"HybridRetriever({self.dense!r}, {self.bm25!r}, rrf_constant={self.rrf_constant}, weights={self.weights})"
+        )
 
 
 def build_retriever(

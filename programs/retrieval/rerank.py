@@ -5,7 +5,7 @@ at run time), so the reranker is the LM itself: ``Predict(Grade)`` judges each o
 candidates (relevant / ambiguous / irrelevant, as in CRAG and Self-RAG), and the candidates are reordered:
 
 - ``order="fused"`` (the default): the grade order fused with the first-stage order by reciprocal rank fusion
-  (``rrf``, k = 60, equal weights; ``score`` is the fused score). A candidate the grader rejects moves down and
+  (``rrf``, constant 60, equal weights; ``score`` is the fused score). A candidate the grader rejects moves down and
   one it prefers moves up, but a first-stage order that was already right is not thrown away on a weak grader's
   word. Combining first-stage and reranker evidence is the usual remedy when the reranker alone is weaker than the
   retriever (Wang, Zhuang and Zuccon, ICTIR 2021).

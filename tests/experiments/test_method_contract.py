@@ -9,7 +9,6 @@ from doubles import SCRIPT, scripted_lm, tokenizer_lm
 
 from ragscale.experiments.compare import compare_runs, load_runs
 from ragscale.experiments.config import RunConfig
-from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.runner import PROGRAM, run_experiment
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points
 from ragscale.experiments.sweep.run import run_sweep
@@ -116,7 +115,7 @@ def test_the_sweep_estimates_a_registered_methods_effective_context_before_runni
     grid = Grid(methods=("two-reads",), docs=(1, 3), shots=(0,), iterations=(1,), budgets=(8000,), baselines=False)
     result = run_sweep(grid, base, lm=tokenizer_lm(tokenizer, examples), examples=examples, progress=False,
                        speed=Speed(1000.0, 100.0, "stated"), report=lambda _: None)  # fmt: skip
-    assert [(r["method"], r["docs"]) for r in result.rows] == [("two-reads", 1), ("two-reads", 3)]
+    assert [(r.method, r.docs) for r in result.rows] == [("two-reads", 1), ("two-reads", 3)]
     for row in result.rows:  # two calls a question, both counted before the run and again while it ran
-        assert abs(row["estimated_tokens"] - row[EFFECTIVE_CONTEXT]) <= 0.10 * row[EFFECTIVE_CONTEXT], row
-    assert result.rows[1][EFFECTIVE_CONTEXT] > result.rows[0][EFFECTIVE_CONTEXT]
+        assert abs(row.estimated_effective_context - row.effective_context()) <= 0.10 * row.effective_context(), row
+    assert result.rows[1].effective_context() > result.rows[0].effective_context()

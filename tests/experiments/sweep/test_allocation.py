@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.sweep import allocation
 from ragscale.experiments.sweep.allocation import AllocationModel, Observation
+from ragscale.experiments.sweep.rows import Row
 
 A, B, C = [0.45, 0.20, 0.10], [1.5, -0.8, 0.0], -1.2
 TASKS = {"hotpotqa": (0.25, 0.05), "musique": (0.10, 0.02), "nq": (0.35, 0.15)}
@@ -57,9 +57,9 @@ def test_accuracies_of_zero_and_one_are_clipped_before_the_logit():
 
 def test_informativeness_is_one_document_or_one_shot_minus_neither():
     rows = [
-        {"method": "closed-book", "docs": 0, "shots": 0, "iterations": 0, "acc": 10.0},
-        {"method": "closed-book", "docs": 0, "shots": 1, "iterations": 0, "acc": 15.0},
-        {"method": "drag", "docs": 1, "shots": 0, "iterations": 0, "acc": 30.0},
+        Row("closed-book", 0, 0, 0, acc=10.0),
+        Row("closed-book", 0, 1, 0, acc=15.0),
+        Row("drag", 1, 0, 0, acc=30.0),
     ]
     assert allocation.informativeness(rows) == pytest.approx((0.20, 0.05))
     with pytest.raises(ValueError, match="1 document, 0 shots"):
@@ -69,23 +69,21 @@ def test_informativeness_is_one_document_or_one_shot_minus_neither():
 def test_the_predicted_best_configuration_is_the_highest_predicted_within_the_budget():
     model, i = truth(), TASKS["hotpotqa"]
     candidates = [
-        {"method": "drag", "docs": k, "shots": m, "iterations": 0, "estimated_tokens": 150 * k + 200 * m + 100}
+        Row("drag", k, m, 0, estimated_effective_context=150 * k + 200 * m + 100)
         for k, m in itertools.product((1, 2, 5, 10), (0, 1, 2, 4))
     ]
     best = allocation.predict_best(model, candidates, 1000, i)
-    within = [c for c in candidates if c["estimated_tokens"] <= 1000]
-    assert best["estimated_tokens"] <= 1000
-    assert model.predict(best["docs"], best["shots"], 0, i) == max(
-        model.predict(c["docs"], c["shots"], 0, i) for c in within
-    )
+    within = [c for c in candidates if c.estimated_effective_context <= 1000]
+    assert best.estimated_effective_context <= 1000
+    assert model.predict(best.docs, best.shots, 0, i) == max(model.predict(c.docs, c.shots, 0, i) for c in within)
     assert allocation.predict_best(model, candidates, 50, i) is None
 
 
 def test_assess_reports_the_predicted_accuracy_as_a_percentage_of_the_grids_best():
     rows = [
-        {"method": "drag", "docs": 1, "shots": 0, "iterations": 0, "acc": 20.0, "em": 20.0, EFFECTIVE_CONTEXT: 200},
-        {"method": "drag", "docs": 5, "shots": 0, "iterations": 0, "acc": 40.0, "em": 40.0, EFFECTIVE_CONTEXT: 800},
-        {"method": "drag", "docs": 1, "shots": 4, "iterations": 0, "acc": 50.0, "em": 50.0, EFFECTIVE_CONTEXT: 900},
+        Row("drag", 1, 0, 0, acc=20.0, em=20.0, effective_context_tokens_per_question=200),
+        Row("drag", 5, 0, 0, acc=40.0, em=40.0, effective_context_tokens_per_question=800),
+        Row("drag", 1, 4, 0, acc=50.0, em=50.0, effective_context_tokens_per_question=900),
     ]
     model = AllocationModel(a=[1.0, 0.0, 0.0], b=[0.0, 0.0, 0.0], c=-2.0)  # prefers documents, ignores shots
     result = allocation.assess(model, rows, 1000, (0.1, 0.1))
@@ -96,8 +94,8 @@ def test_assess_reports_the_predicted_accuracy_as_a_percentage_of_the_grids_best
 def test_the_extrapolation_check_fits_below_a_budget_and_predicts_at_the_next():
     model, i = truth(), TASKS["hotpotqa"]
     rows = [
-        {"method": "drag", "docs": k, "shots": m, "iterations": 0, EFFECTIVE_CONTEXT: 150 * k + 200 * m + 100,
-         "acc": 100 * model.predict(k, m, 0, i), "em": 0.0}
+        Row("drag", k, m, 0, effective_context_tokens_per_question=150 * k + 200 * m + 100,
+            acc=100 * model.predict(k, m, 0, i), em=0.0)
         for k, m in itertools.product((1, 2, 5, 10), (0, 1, 2, 4))
     ]  # fmt: skip
     checks = allocation.extrapolation(rows, [1000, 2000], i)

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.sweep.claims import check_claims, format_claims
+from ragscale.experiments.sweep.rows import Row
 
 N = 100
 
 
 def row(method, docs, shots, iterations, acc, tokens):
-    return {
-        "method": method, "docs": docs, "shots": shots, "iterations": iterations, "acc": acc, "em": acc, "f1": acc,
-        EFFECTIVE_CONTEXT: tokens, "run_id": f"{method}-{docs}-{shots}-{iterations}",
-    }  # fmt: skip
+    return Row(
+        method, docs, shots, iterations, acc=acc, em=acc, f1=acc, effective_context_tokens_per_question=tokens,
+        run_id=f"{method}-{docs}-{shots}-{iterations}",
+    )  # fmt: skip
 
 
 def scores_of(rows):
     """Each run right on its first `acc` questions: a higher score is right wherever a lower one is."""
-    by_run = {r["run_id"]: {f"q{i}": 100.0 * (i < r["acc"]) for i in range(N)} for r in rows}
+    by_run = {r.run_id: {f"q{i}": 100.0 * (i < r.acc) for i in range(N)} for r in rows}
     return by_run.get
 
 

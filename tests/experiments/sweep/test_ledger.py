@@ -11,9 +11,9 @@ from ragscale.experiments.sweep.ledger import LEDGER, ROW_FIELDS, ledger_row, lo
 
 def test_a_row_keeps_the_summary_values_under_their_own_names_and_the_estimate():
     summary = {name: 1.5 for name in ROW_FIELDS} | {"n": 20.0, "failed": 0.0, "method": "rag"}
-    row = ledger_row("run-1", "smollm2-135m", summary, {"estimated_tokens": 300.0})
+    row = ledger_row("run-1", "smollm2-135m", summary, {"estimated_effective_context": 300.0})
     assert row[EFFECTIVE_CONTEXT] == 1.5 and row["n"] == 20 and row["failed"] == 0
-    assert row["run_id"] == "run-1" and row["estimated_tokens"] == 300.0 and "method" not in row
+    assert row["run_id"] == "run-1" and row["estimated_effective_context"] == 300.0 and "method" not in row
 
 
 def test_a_saved_ledger_reads_back(tmp_path):

@@ -88,7 +88,7 @@ def test_two_runs_at_once_spread_every_configuration_once_over_both_replicas(tmp
     assert a.calls > 0 and b.calls > 0, (a.calls, b.calls)
     # each configuration answered its questions once, all on one replica
     assert a.calls + b.calls == 4 * QUESTIONS and a.calls % QUESTIONS == b.calls % QUESTIONS == 0
-    assert len({row["run_id"] for row in result.rows}) == 4
+    assert len({row.run_id for row in result.rows}) == 4
     for number, item in enumerate(result.plan, start=1):
         assert any(line.startswith(f"[{number}/4] {item.point.label}: EM ") for line in reports), item.point.label
 
@@ -111,12 +111,12 @@ def test_a_rerun_given_the_replicas_in_the_other_order_skips_every_finished_conf
     first = sweep(base_config(tmp_path, data_dir), [Replica(), Replica()])
     assert len(first.ran) == 4
     client = tracking.client(tmp_path / "runs")
-    assert {client.get_run(row["run_id"]).data.params["api_base"] for row in first.rows} == {",".join(sorted(URLS))}
+    assert {client.get_run(row.run_id).data.params["api_base"] for row in first.rows} == {",".join(sorted(URLS))}
 
     b, a = Replica(), Replica()
     again = sweep(base_config(tmp_path, data_dir, api_base=",".join(reversed(URLS))), [b, a])
     assert again.ran == [] and b.calls == a.calls == 0
-    assert {row["key"] for row in again.rows} == {row["key"] for row in first.rows}
+    assert {row.key for row in again.rows} == {row.key for row in first.rows}
 
 
 def test_one_server_url_is_kept_as_given_so_single_server_keys_stay_what_they_were(tmp_path, data_dir):
@@ -193,7 +193,7 @@ def test_ctrl_c_or_sigterm_cancels_the_configurations_not_started_and_ends_those
 
     again = sweep(base, [Replica(), Replica()])
     assert len(again.ran) == 4
-    resumed = sorted(row["resumed"] for row in again.rows)  # the two stopped runs go on from where they were
+    resumed = sorted(row.resumed for row in again.rows)  # the two stopped runs go on from where they were
     assert resumed[:2] == [0, 0] and all(0 < n < QUESTIONS for n in resumed[2:]), resumed
 
 

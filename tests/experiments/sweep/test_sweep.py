@@ -26,6 +26,7 @@ from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points, parse_size
 from ragscale.experiments.sweep.ledger import LEDGER, RESULTS, SCORES
 from ragscale.experiments.sweep.report import budget_table
+from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.run import ALLOCATION, PLOT, allocate, run_sweep
 from ragscale.experiments.sweep.scores import recheck
 from ragscale.experiments.sweep.speed import Speed
@@ -102,35 +103,40 @@ def test_budgets_read_k_and_m_suffixes():
 
 
 def error(row) -> float:
-    return abs(row["estimated_tokens"] - row[EFFECTIVE_CONTEXT]) / row[EFFECTIVE_CONTEXT]
+    return abs(row.estimated_effective_context - row.effective_context()) / row.effective_context()
 
 
 def test_single_step_methods_are_estimated_within_ten_percent_of_the_counted_tokens(swept):
     result, _, _ = swept
-    single_step = [r for r in result.rows if r["method"] != "iterdrag"]
+    single_step = [r for r in result.rows if r.method != "iterdrag"]
     assert len(single_step) == 10
     for row in single_step:
         assert error(row) <= 0.10, (
-            row["method"],
-            row["docs"],
-            row["shots"],
-            row["estimated_tokens"],
-            row[EFFECTIVE_CONTEXT],
+            row.method,
+            row.docs,
+            row.shots,
+            row.estimated_effective_context,
+            row.effective_context(),
         )
 
 
 def test_iterdrag_is_estimated_at_every_iteration_until_a_finished_configuration_shows_how_many_it_asks(swept):
     result, _, _ = swept
-    first, *later = [r for r in result.rows if r["method"] == "iterdrag"]
-    assert first["estimate_basis"] == "bound"
+    first, *later = [r for r in result.rows if r.method == "iterdrag"]
+    assert first.estimate_basis == "bound"
     # A decomposition is one call (its follow-up, or "none"), an intermediate answer one, the synthesis one.
-    assert first["estimated_calls"] == 3 * (1 + 1) + 1 > first["lm_calls_per_question"] == 2 * (1 + 1) + 1 + 1
-    assert first["estimated_tokens"] > 1.1 * first[EFFECTIVE_CONTEXT]
-    assert [r["estimate_basis"] for r in later] == ["follow-ups (1 run)", "calibrated (1 run)", "calibrated (1 run)"]
+    assert first.estimated_calls == 3 * (1 + 1) + 1 > first.lm_calls_per_question == 2 * (1 + 1) + 1 + 1
+    assert first.estimated_effective_context > 1.1 * first.effective_context()
+    assert [r.estimate_basis for r in later] == ["follow-ups (1 run)", "calibrated (1 run)", "calibrated (1 run)"]
     for row in later:
         # The follow-ups asked in the first configuration stand in for the later ones' (same questions).
-        assert row["estimated_calls"] == row["lm_calls_per_question"] == 2 * (1 + 1) + 1 + 1
-        assert error(row) <= 0.10, (row["docs"], row["shots"], row["estimated_tokens"], row[EFFECTIVE_CONTEXT])
+        assert row.estimated_calls == row.lm_calls_per_question == 2 * (1 + 1) + 1 + 1
+        assert error(row) <= 0.10, (
+            row.docs,
+            row.shots,
+            row.estimated_effective_context,
+            row.effective_context(),
+        )
 
 
 REAL_GRID = Grid(
@@ -154,20 +160,27 @@ def real_swept(tmp_path_factory, shared_datasets):
 @pytest.mark.slow
 def test_on_a_real_small_run_estimates_are_a_floor_or_a_bound_until_calibrated_then_within_ten_percent(real_swept):
     for method in ("rag", "drag", "iterdrag"):
-        first, second = [r for r in real_swept.rows if r["method"] == method]
+        first, second = [r for r in real_swept.rows if r.method == method]
         if method == "iterdrag":
             # Every iteration taken (n = 1: decompose, answer_sub, synthesize), before retries, which add to it as to
             # a single-step method's; its tokens stand in for follow-ups not written yet (the question, numbered).
             # How far under the bound the run stays is SmolLM2's to say (it often writes "none" at once).
-            assert first["estimate_basis"] == "bound" and first["estimated_calls"] == 3
-            assert first["estimated_tokens"] >= first[EFFECTIVE_CONTEXT], (
-                first["estimated_tokens"],
-                first[EFFECTIVE_CONTEXT],
+            assert first.estimate_basis == "bound" and first.estimated_calls == 3
+            assert first.estimated_effective_context >= first.effective_context(), (
+                first.estimated_effective_context,
+                first.effective_context(),
             )
         else:
-            assert first["estimate_basis"] == "counted" and first["estimated_tokens"] <= first[EFFECTIVE_CONTEXT] + 0.1
-        assert second["estimate_basis"] == "calibrated (1 run)"
-        assert error(second) <= 0.10, (method, second["estimated_tokens"], second[EFFECTIVE_CONTEXT])
+            assert (
+                first.estimate_basis == "counted"
+                and first.estimated_effective_context <= first.effective_context() + 0.1
+            )
+        assert second.estimate_basis == "calibrated (1 run)"
+        assert error(second) <= 0.10, (
+            method,
+            second.estimated_effective_context,
+            second.effective_context(),
+        )
 
 
 def test_the_plan_says_which_estimates_are_bounds_and_a_rerun_plan_that_they_are_calibrated(
@@ -191,9 +204,9 @@ def test_each_configuration_is_a_child_run_of_the_sweep_run(swept):
     client = tracking.client(runs_dir)
     assert len(result.ran) == len(grid_points(GRID))
     for row in result.rows:
-        run = client.get_run(row["run_id"])
+        run = client.get_run(row.run_id)
         assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
-        assert run.data.tags["ragscale.sweep_key"] == row["key"]
+        assert run.data.tags["ragscale.sweep_key"] == row.key
     assert client.get_run(result.parent_run_id).data.tags[tracking.RUN_KIND_TAG] == "sweep"
 
 
@@ -203,7 +216,7 @@ def test_a_rerun_of_a_finished_sweep_runs_no_configuration(swept, smollm2_tokeni
     lm = tokenizer_lm(smollm2_tokenizer)
     again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
     assert again.ran == [] and lm.engine.calls == 0
-    assert {r["key"] for r in again.rows} == {r["key"] for r in result.rows}
+    assert {r.key for r in again.rows} == {r.key for r in result.rows}
 
 
 def test_the_ledger_is_not_needed_to_resume_the_mlflow_runs_are_enough(swept, smollm2_tokenizer, examples, tmp_path):
@@ -224,17 +237,17 @@ def test_the_plot_is_written_and_logged_to_mlflow(swept):
 
 def test_the_table_has_the_best_configuration_per_method_and_overall_within_each_budget(swept):
     result, _, _ = swept
-    measured = {r["acc"] for r in result.rows}
+    measured = {r.acc for r in result.rows}
     assert len(measured) > 1, "the scripted reader must be right on some configurations and wrong on others"
     for budget in GRID.budgets:
-        within = [r for r in result.rows if r[EFFECTIVE_CONTEXT] <= budget]
+        within = [r for r in result.rows if r.effective_context() <= budget]
         entries = [r for r in result.table if r["budget"] == budget]
-        best = next(r for r in entries if r["method"] == "best")
-        assert best["acc"] == max(r["acc"] for r in within)
-        for method in {r["method"] for r in within}:
-            (entry,) = [r for r in entries if r["method"] == method]
-            assert entry["acc"] == max(r["acc"] for r in within if r["method"] == method)
-        assert all(r[EFFECTIVE_CONTEXT] <= budget for r in entries)
+        best = next(e for e in entries if e["method"] == "best")
+        assert best["acc"] == max(r.acc for r in within)
+        for method in {r.method for r in within}:
+            (entry,) = [e for e in entries if e["method"] == method]
+            assert entry["acc"] == max(r.acc for r in within if r.method == method)
+        assert all(e[EFFECTIVE_CONTEXT] <= budget for e in entries)
 
 
 def test_the_papers_claims_are_checked_with_paired_cis_over_the_runs_own_questions(swept, examples):
@@ -285,11 +298,11 @@ def test_a_folder_without_its_scores_names_the_missing_file(copied_folder):
 
 def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
     result, _, runs_dir = swept
-    assert [r["method"] for r in result.oracle] == ["oracle-gold", "oracle-all"]
+    assert [r.method for r in result.oracle] == ["oracle-gold", "oracle-all"]
     client = tracking.client(runs_dir)
     for r in result.oracle:
-        assert client.get_run(r["run_id"]).data.tags["mlflow.parentRunId"] == result.parent_run_id
-    assert not {r["run_id"] for r in result.oracle} & {r["run_id"] for r in result.rows}
+        assert client.get_run(r.run_id).data.tags["mlflow.parentRunId"] == result.parent_run_id
+    assert not {r.run_id for r in result.oracle} & {r.run_id for r in result.rows}
     assert all(not r["config"].startswith("oracle") for r in result.table)
     assert any(c["claim"].startswith("distractors hurt") for c in result.claims)
 
@@ -299,7 +312,7 @@ def test_the_allocation_model_is_stored_as_json_and_allocate_reads_it(swept):
     stored = json.loads((result.sweep_dir / ALLOCATION).read_text())
     assert {"model", "informativeness", "at_budget", "extrapolation", "candidates"} <= stored.keys()
     choice = allocate(result.sweep_dir, 3000)
-    assert choice["tokens_per_question"] <= 3000
+    assert choice[EFFECTIVE_CONTEXT] <= 3000
     assert choice["method"] in {"closed-book", "drag", "iterdrag"}
 
 
@@ -309,7 +322,7 @@ def test_configurations_over_the_largest_budget_are_skipped_before_running(tmp_p
     result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
     status = {p.point.docs: p.status for p in result.plan}
     assert status == {1: "run", 16: "over budget"}
-    assert [r["docs"] for r in result.rows] == [1]
+    assert [r.docs for r in result.rows] == [1]
 
 
 def test_only_configurations_that_cannot_fit_are_skipped_an_iterdrag_bound_over_budget_still_runs(
@@ -320,41 +333,14 @@ def test_only_configurations_that_cannot_fit_are_skipped_an_iterdrag_bound_over_
     result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
     (item,) = result.plan
     assert item.estimate.low <= 2000 < item.estimate.high  # stopping at once fits; every follow-up would not
-    assert item.status == "run" and result.rows[0][EFFECTIVE_CONTEXT] <= 2000
+    assert item.status == "run" and result.rows[0].effective_context() <= 2000
 
 
 def test_budget_table_ranks_by_accuracy_then_em_then_fewer_tokens():
     rows = [
-        {
-            "method": "drag",
-            "docs": 1,
-            "shots": 0,
-            "iterations": 0,
-            "em": 10,
-            "f1": 20,
-            "acc": 30,
-            EFFECTIVE_CONTEXT: 500,
-        },
-        {
-            "method": "drag",
-            "docs": 2,
-            "shots": 0,
-            "iterations": 0,
-            "em": 10,
-            "f1": 20,
-            "acc": 30,
-            EFFECTIVE_CONTEXT: 900,
-        },
-        {
-            "method": "rag",
-            "docs": 5,
-            "shots": 0,
-            "iterations": 0,
-            "em": 50,
-            "f1": 50,
-            "acc": 50,
-            EFFECTIVE_CONTEXT: 3000,
-        },
+        Row("drag", 1, 0, 0, em=10, f1=20, acc=30, effective_context_tokens_per_question=500),
+        Row("drag", 2, 0, 0, em=10, f1=20, acc=30, effective_context_tokens_per_question=900),
+        Row("rag", 5, 0, 0, em=50, f1=50, acc=50, effective_context_tokens_per_question=3000),
     ]
     table = budget_table(rows, [1000, 4000])
     small = {r["method"]: r for r in table if r["budget"] == 1000}
