@@ -6,21 +6,21 @@ raises is recorded with ``error`` ("Type: message") and scores 0 (EM, F1, Acc an
 supporting titles, retrieval recall): **failed questions count as 0 in the means**, so a method that crashes is
 not rewarded by a smaller denominator. ``n`` counts every evaluated question, ``failed`` the crashed ones.
 
-The summary (``SUMMARY_KEYS``; ``ragscale run --json FILE`` writes it): method, dataset, optimizer, lm, n, failed,
-em, f1, acc, retrieval_recall (all four in percent; recall is None for a program without a retriever or when no
-question has supporting titles), lm_calls_per_question, ``EFFECTIVE_CONTEXT`` (the mean effective context: all
-input tokens of all LM calls of a question; the same name in the MLflow metrics, ``compare`` and the sweep's
-ledger), output_tokens_per_question, questions_per_minute and eval_s (evaluation only), compile_s (the
-teleprompter alone) with compile_lm_calls, compile_input_tokens and compile_output_tokens (the calls compiling
-made, the teacher's included: never part of the per-question figures), wall_s (the whole run: loading, indexing,
-compiling, evaluating), peak_rss_gb (the process's peak resident memory so far, in GB: the run's own peak when
-it is the process's only run) and weights_gb (the bytes of the local LM's weights as loaded, packed copies
-included; None for a server LM), corpus (``{"name", "passages", "sha256"}`` of the corpus searched, None for a
-run that retrieves nothing), behaviour (``{name: mean}`` of the method's defining step per question, see
-``ragscale.programs.behaviour``: rates 0-1, counts per question; ``{}`` for closed-book, RAG and DRAG),
-resumed (the questions carried over from an earlier, killed or failed, attempt of the same run: their records are
-counted like the others, but questions_per_minute counts only the questions answered in this attempt),
-mlflow_run_id.
+The summary (``SUMMARY_KEYS``; ``ragscale run --json FILE`` writes it): method, dataset, optimizer, lm, docs, shots
+and iterations (the run's, named as in ``RunConfig``), n, failed, em, f1, acc, retrieval_recall (all four in
+percent; recall is None for a program without a retriever or when no question has supporting titles),
+lm_calls_per_question, ``EFFECTIVE_CONTEXT`` (the mean effective context: all input tokens of all LM calls of a
+question; the same name in the MLflow metrics, ``compare`` and the sweep's ledger), output_tokens_per_question,
+questions_per_minute and eval_s (evaluation only), compile_s (the teleprompter alone) with compile_lm_calls,
+compile_input_tokens and compile_output_tokens (the calls compiling made, the teacher's included: never part of the
+per-question figures), wall_s (the whole run: loading, indexing, compiling, evaluating), peak_rss_gb (the process's
+peak resident memory so far, in GB: the run's own peak when it is the process's only run) and weights_gb (the bytes
+of the local LM's weights as loaded, packed copies included; None for a server LM), corpus (``{"name", "passages",
+"sha256"}`` of the corpus searched, None for a run that retrieves nothing), behaviour (``{name: mean}`` of the
+method's defining step per question, see ``ragscale.programs.behaviour``: rates 0-1, counts per question; ``{}`` for
+closed-book, RAG and DRAG), resumed (the questions carried over from an earlier, killed or failed, attempt of the
+same run: their records are counted like the others, but questions_per_minute counts only the questions answered in
+this attempt), mlflow_run_id.
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ EFFECTIVE_CONTEXT = "effective_context_tokens_per_question"
 """The per-question effective context (input tokens of all LM calls), by one name end to end."""
 
 SUMMARY_KEYS = (
-    "method", "dataset", "optimizer", "lm", "n", "failed", "em", "f1", "acc", "retrieval_recall",
-    "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question", "questions_per_minute", "eval_s",
-    "compile_s", "compile_lm_calls", "compile_input_tokens", "compile_output_tokens", "wall_s", "peak_rss_gb",
-    "weights_gb", "corpus", "behaviour", "resumed", "mlflow_run_id",
+    "method", "dataset", "optimizer", "lm", "docs", "shots", "iterations", "n", "failed", "em", "f1", "acc",
+    "retrieval_recall", "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question",
+    "questions_per_minute", "eval_s", "compile_s", "compile_lm_calls", "compile_input_tokens",
+    "compile_output_tokens", "wall_s", "peak_rss_gb", "weights_gb", "corpus", "behaviour", "resumed",
+    "mlflow_run_id",
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
@@ -217,6 +218,9 @@ def summarize(
         "dataset": config.dataset,
         "optimizer": config.optimizer,
         "lm": config.lm,
+        "docs": config.docs,
+        "shots": config.shots,
+        "iterations": config.iterations,
         "n": n,
         "failed": sum(r["error"] is not None for r in records),
         "em": round(100 * _mean([r["em"] for r in records]), 2),

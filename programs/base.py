@@ -15,8 +15,10 @@ never its name, so a new method is one file and one line in the registry:
 - ``behaviour(question, prediction)``: what the method's defining step did on one question (``programs.behaviour``).
 - ``demonstrates(example, prediction)``: whether a trace shows that step, and so may become a demonstration.
 
-Every method is built as ``cls(retriever=..., k=...)`` (plus ``max_iterations`` when it iterates); ``retriever``
-and ``k`` are kept as attributes, since a demonstration's documents are retrieved with the student's own.
+Every method is built as ``cls(retriever=..., k=...)`` (plus ``max_iterations`` when it iterates), with no default
+for either: the documents per query and the iterations are the run's (``RunConfig.docs``, ``.iterations``), whose
+defaults are the only ones. ``retriever`` and ``k`` are kept as attributes, since a demonstration's documents are
+retrieved with the student's own.
 """
 
 from __future__ import annotations

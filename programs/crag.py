@@ -27,7 +27,7 @@ class CRAG(Method):
 
     name = "crag"
 
-    def __init__(self, retriever, k: int = 5, fallback=None, fallback_k: int | None = None):
+    def __init__(self, retriever, k: int, fallback=None, fallback_k: int | None = None):
         super().__init__()
         self.retriever, self.k, self.fallback = retriever, k, fallback
         self.fallback_k = fallback_k or 3 * k  # depth of the second search, before graded passages are dropped

@@ -22,7 +22,7 @@ class DecomposeIndividual(Method):
 
     name = "decompose-individual"
 
-    def __init__(self, retriever, k: int = 3, max_sub_questions: int = 4):
+    def __init__(self, retriever, k: int, max_sub_questions: int = 4):
         super().__init__()
         self.retriever, self.k, self.max_sub_questions = retriever, k, max_sub_questions
         self.decompose = dspy.Predict(ListSubQuestions)

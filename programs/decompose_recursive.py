@@ -21,7 +21,7 @@ class DecomposeRecursive(Method):
 
     name = "decompose-recursive"
 
-    def __init__(self, retriever, k: int = 3, max_sub_questions: int = 4):
+    def __init__(self, retriever, k: int, max_sub_questions: int = 4):
         super().__init__()
         self.retriever, self.k, self.max_sub_questions = retriever, k, max_sub_questions
         self.decompose = dspy.Predict(ListSubQuestions)

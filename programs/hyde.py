@@ -22,7 +22,7 @@ class HyDE(Method):
 
     name = "hyde"
 
-    def __init__(self, retriever, k: int = 5):
+    def __init__(self, retriever, k: int):
         super().__init__()
         self.retriever, self.k = retriever, k
         self.hypothesize = dspy.Predict(Hypothesize)

@@ -29,7 +29,7 @@ class IRCoT(Method):
 
     name = "ircot"
 
-    def __init__(self, retriever, k: int = 3, max_steps: int = 4, max_passages: int = 15):
+    def __init__(self, retriever, k: int, max_steps: int = 4, max_passages: int = 15):
         super().__init__()
         self.retriever, self.k, self.max_steps, self.max_passages = retriever, k, max_steps, max_passages
         self.reason = dspy.Predict(ContinueReasoning)

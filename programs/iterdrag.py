@@ -66,7 +66,7 @@ class IterDRAG(Method):
     name = "iterdrag"
     iterates = True
 
-    def __init__(self, retriever, k: int = 3, max_iterations: int = 3, resample: int = 3):
+    def __init__(self, retriever, k: int, max_iterations: int, resample: int = 3):
         super().__init__()
         if resample < 0:
             raise ValueError(f"resample must be >= 0, got {resample}")

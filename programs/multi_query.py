@@ -22,7 +22,7 @@ class MultiQuery(Method):
 
     name = "multi-query"
 
-    def __init__(self, retriever, k: int = 5, n_queries: int = 3):
+    def __init__(self, retriever, k: int, n_queries: int = 3):
         super().__init__()
         self.retriever, self.k, self.n_queries = retriever, k, n_queries
         self.rephrase = dspy.Predict(Rephrase)

@@ -22,7 +22,7 @@ class RAG(Method):
     name = "rag"
     demo_documents = False  # compiled demonstrations are question -> answer pairs
 
-    def __init__(self, retriever, k: int = 5):
+    def __init__(self, retriever, k: int):
         super().__init__()
         self.retriever, self.k = retriever, k
         self.answer = dspy.Predict(Answer)

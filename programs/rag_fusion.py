@@ -22,7 +22,7 @@ class RAGFusion(Method):
 
     name = "rag-fusion"
 
-    def __init__(self, retriever, k: int = 5, n_queries: int = 3, depth: int | None = None):
+    def __init__(self, retriever, k: int, n_queries: int = 3, depth: int | None = None):
         super().__init__()
         self.retriever, self.k, self.n_queries = retriever, k, n_queries
         self.depth = depth or 2 * k  # how deep each ranking goes before fusion

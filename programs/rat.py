@@ -21,7 +21,7 @@ class RAT(Method):
 
     name = "rat"
 
-    def __init__(self, retriever, k: int = 3, max_steps: int = 5):
+    def __init__(self, retriever, k: int, max_steps: int = 5):
         super().__init__()
         self.retriever, self.k, self.max_steps = retriever, k, max_steps
         self.draft = dspy.Predict(DraftSteps)

@@ -33,7 +33,7 @@ class SearchChain(Method):
 
     name = "search-chain"
 
-    def __init__(self, retriever, k: int = 3, max_nodes: int = 6, max_replans: int = 2, max_passages: int = 15):
+    def __init__(self, retriever, k: int, max_nodes: int = 6, max_replans: int = 2, max_passages: int = 15):
         super().__init__()
         self.retriever, self.k, self.max_nodes, self.max_replans = retriever, k, max_nodes, max_replans
         self.max_passages = max_passages

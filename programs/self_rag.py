@@ -27,7 +27,7 @@ class SelfRAG(Method):
 
     name = "self-rag"
 
-    def __init__(self, retriever, k: int = 5, max_rounds: int = 2, min_usefulness: int = 4):
+    def __init__(self, retriever, k: int, max_rounds: int = 2, min_usefulness: int = 4):
         super().__init__()
         self.retriever, self.k, self.max_rounds, self.min_usefulness = retriever, k, max_rounds, min_usefulness
         self.decide = dspy.Predict(DecideRetrieval)

@@ -22,7 +22,7 @@ class StepBackRAG(Method):
 
     name = "step-back"
 
-    def __init__(self, retriever, k: int = 5):
+    def __init__(self, retriever, k: int):
         super().__init__()
         self.retriever, self.k = retriever, k
         self.step_back = dspy.Predict(StepBack)

@@ -31,7 +31,7 @@ def test_gepas_settings_enter_the_key_only_when_set():
 
 
 def test_a_compiled_program_given_to_the_run_keys_it_by_its_demonstrations():
-    bare, compiled = RAG(FixedRetriever()), RAG(FixedRetriever())
+    bare, compiled = RAG(FixedRetriever(), k=5), RAG(FixedRetriever(), k=5)
     compiled.answer.demos = [dspy.Example(question="Where is landmark 1?", answer="City 1")]
     config = RunConfig(**BASE)
     keys = {config_key(config, "data"), config_key(config, "data", bare), config_key(config, "data", compiled)}

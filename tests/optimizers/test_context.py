@@ -34,7 +34,9 @@ def test_context_check_counts_demos_and_iterdrag_gathered_documents():
         program, None, question="Where?", document="Title: " + "word " * 100, count_tokens=words, context_window=10_000
     )
     assert estimates["synthesize"] > estimates["answer_sub"] + 3 * 2 * 100
-    compiled = compile_program(program, examples(), optimizer="labeled", metric=em_metric, max_demos=2)
+    compiled = compile_program(
+        program, examples(), optimizer="labeled", metric=em_metric, max_docs_per_demo=5, max_demos=2
+    )
     with_demos = check_fits_context(
         compiled, None, question="Where?", document="Title: " + "word " * 100, count_tokens=words, context_window=10_000
     )

@@ -28,20 +28,24 @@ def test_labeled_drag_demos_carry_their_documents_most_relevant_last_and_capped(
 
 def test_labeled_rag_demos_are_question_answer_pairs_without_documents():
     retriever = FixedRetriever()
-    compiled = compile_program(RAG(retriever, k=3), examples(), optimizer="labeled", metric=em_metric, max_demos=3)
+    compiled = compile_program(
+        RAG(retriever, k=3), examples(), optimizer="labeled", metric=em_metric, max_docs_per_demo=5, max_demos=3
+    )
     assert len(compiled.answer.demos) == 3
     assert all("documents" not in demo and demo.answer.startswith("City") for demo in compiled.answer.demos)
     assert retriever.queries == []
 
 
 def test_labeled_closed_book_demos_are_question_answer_pairs():
-    compiled = compile_program(ClosedBook(), examples(), optimizer="labeled", metric=em_metric, max_demos=2)
+    compiled = compile_program(
+        ClosedBook(), examples(), optimizer="labeled", metric=em_metric, max_docs_per_demo=5, max_demos=2
+    )
     assert [set(demo.keys()) for demo in compiled.answer.demos] == [{"question", "answer"}] * 2
 
 
 def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them():
-    compiled = LabeledWithDocuments(k=4, max_docs_per_demo=1).compile(
-        IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()]
+    compiled = LabeledWithDocuments(max_demos=4, max_docs_per_demo=1).compile(
+        IterDRAG(FixedRetriever(), k=2, max_iterations=3), trainset=[musique_example()]
     )
     steps = [(d.follow_ups, d.follow_up) for d in compiled.decompose.demos]
     assert steps == [
@@ -58,7 +62,12 @@ def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them()
 
 def test_labeled_iterdrag_without_decompositions_teaches_only_the_final_answer():
     compiled = compile_program(
-        IterDRAG(FixedRetriever()), examples(), optimizer="labeled", metric=em_metric, max_demos=2
+        IterDRAG(FixedRetriever(), k=3, max_iterations=3),
+        examples(),
+        optimizer="labeled",
+        metric=em_metric,
+        max_demos=2,
+        max_docs_per_demo=5,
     )
     assert compiled.decompose.demos == [] and compiled.answer_sub.demos == []
     assert len(compiled.synthesize.demos) == 2
@@ -68,7 +77,9 @@ def test_labeled_final_answers_of_decomposition_and_rat_show_their_unlabeled_lis
     from ragscale.programs import PROGRAMS
 
     recursive, rat = (
-        LabeledWithDocuments(k=2).compile(PROGRAMS[name](FixedRetriever()), trainset=examples())
+        LabeledWithDocuments(max_demos=2, max_docs_per_demo=5).compile(
+            PROGRAMS[name](FixedRetriever(), k=3), trainset=examples()
+        )
         for name in ("decompose-recursive", "rat")
     )
     assert recursive.decompose.demos == []
@@ -79,7 +90,7 @@ def test_labeled_final_answers_of_decomposition_and_rat_show_their_unlabeled_lis
 
 
 def test_cap_demos_keeps_the_last_documents_and_the_first_demos():
-    program = DRAG(FixedRetriever())
+    program = DRAG(FixedRetriever(), k=5)
     program.answer.demos = [dspy.Example(question=f"q{i}", documents=["d1", "d2", "d3"], answer="a") for i in range(3)]
     cap_demos(program, max_demos=2, max_docs_per_demo=1)
     assert [(d.question, d.documents) for d in program.answer.demos] == [("q0", ["d3"]), ("q1", ["d3"])]

@@ -26,7 +26,7 @@ def test_a_right_answer_with_its_documents_found_is_told_so():
 def test_a_skipped_defining_step_is_told_with_what_the_method_did():
     bridge = examples(1)[0].copy(type="bridge")
     skipped = dspy.Prediction(answer="City 0", sub_questions=[], intermediate_answers=[], passages=[])
-    told = feedback_of(bridge, skipped, 1.0, IterDRAG(FixedRetriever()))
+    told = feedback_of(bridge, skipped, 1.0, IterDRAG(FixedRetriever(), k=3, max_iterations=3))
     assert told.startswith("The method's defining step did not happen") and "follow_ups 0" in told
 
 

@@ -46,7 +46,7 @@ def test_labeled_crag_graders_get_label_demos_and_other_predictors_keep_theirs()
     assert sorted(d.grade for d in grader.demos) == ["irrelevant", "irrelevant", "relevant", "relevant"]
     assert all(set(d.keys()) == {"question", "document", "grade"} for d in grader.demos)
     assert program.answer.demos == [] and program.rewrite.demos == []
-    assert graders(RAG(no_retrieval)) == []
+    assert graders(RAG(no_retrieval, k=5)) == []
 
 
 def test_bootstrapped_graders_keep_traces_that_match_the_label_and_a_missing_label_is_topped_up():
@@ -74,7 +74,7 @@ def test_demonstrations_take_the_labels_in_turns_learned_ones_first():
 
 def test_none_leaves_the_graders_untrained():
     program = CRAG(no_retrieval, k=2)
-    compile_graders(program, load_jsonl(FIXTURE), optimizer="none")
+    compile_graders(program, load_jsonl(FIXTURE), optimizer="none", max_demos=4)
     assert program.grade.demos == []
 
 
@@ -102,4 +102,6 @@ def test_calibrated_graders_learn_the_prior_of_their_compiled_prompt_on_the_lm_t
 def test_calibrating_graders_on_an_lm_without_option_scores_fails_naming_it():
     lm = DummyLM([{"grade": "relevant"}] * 10)
     with pytest.raises(ValueError, match="returned no scores"):
-        compile_graders(CRAG(no_retrieval, k=2), load_jsonl(FIXTURE), optimizer="labeled", calibrate=True, lm=lm)
+        compile_graders(
+            CRAG(no_retrieval, k=2), load_jsonl(FIXTURE), optimizer="labeled", max_demos=4, calibrate=True, lm=lm
+        )

@@ -27,7 +27,12 @@ def answering(right: bool = True) -> DummyLM:
 def test_an_unknown_optimizer_fails_listing_the_valid_ones():
     with pytest.raises(ValueError, match="unknown optimizer 'magic'") as error:
         compile_program(
-            DRAG(FixedRetriever()), examples(), optimizer="magic", metric=em_metric, max_demos=2, max_docs_per_demo=5
+            DRAG(FixedRetriever(), k=5),
+            examples(),
+            optimizer="magic",
+            metric=em_metric,
+            max_demos=2,
+            max_docs_per_demo=5,
         )
     for name in ("none", "labeled", "bootstrap", "random-search", "mipro", "gepa"):
         assert name in str(error.value)
@@ -208,7 +213,7 @@ def test_mipro_without_optuna_fails_before_any_work_with_an_install_hint(monkeyp
     lm = DummyLM([])
     with pytest.raises(ImportError, match="pip install 'optuna"):
         compile_program(
-            DRAG(FixedRetriever()),
+            DRAG(FixedRetriever(), k=5),
             examples(),
             optimizer="mipro",
             metric=em_metric,
@@ -220,10 +225,12 @@ def test_mipro_without_optuna_fails_before_any_work_with_an_install_hint(monkeyp
 
 
 def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):
-    compiled = LabeledWithDocuments(4, 5).compile(IterDRAG(FixedRetriever(), k=2), trainset=[musique_example()])
+    compiled = LabeledWithDocuments(4, 5).compile(
+        IterDRAG(FixedRetriever(), k=2, max_iterations=3), trainset=[musique_example()]
+    )
     path = tmp_path / "iterdrag.json"
     compiled.save(str(path), save_program=False)
-    reloaded = IterDRAG(FixedRetriever(), k=2)
+    reloaded = IterDRAG(FixedRetriever(), k=2, max_iterations=3)
     reloaded.load(str(path))
     for name in ("decompose", "answer_sub", "synthesize"):
         saved = [demo.toDict() for demo in getattr(compiled, name).demos]
@@ -247,12 +254,12 @@ def test_a_right_iterdrag_trace_with_a_follow_up_and_its_answer_is_kept():
 
 
 def test_the_behaviour_filter_applies_to_traces_only_not_to_scoring():
-    program = IterDRAG(FixedRetriever())
+    program = IterDRAG(FixedRetriever(), k=3, max_iterations=3)
     metric = keeping_behaviour(em_metric, program)
     example = multi_hop(1)[0]
     skipped = dspy.Prediction(answer="City 0", sub_questions=[], intermediate_answers=[])
     assert metric(example, skipped, trace=[]) == 0.0 and metric(example, skipped) == 1.0
-    assert keeping_behaviour(em_metric, RAG(FixedRetriever())) is em_metric
+    assert keeping_behaviour(em_metric, RAG(FixedRetriever(), k=5)) is em_metric
 
 
 def test_the_teacher_lm_writes_the_demonstrations_and_the_student_lm_answers_at_evaluation():
@@ -279,7 +286,7 @@ def test_the_teacher_lm_writes_the_demonstrations_and_the_student_lm_answers_at_
 def test_a_teacher_needs_a_teleprompter_that_runs_one():
     with pytest.raises(ValueError, match=r"'labeled' runs no teacher.*bootstrap, random-search, mipro"):
         compile_program(
-            DRAG(FixedRetriever()),
+            DRAG(FixedRetriever(), k=5),
             examples(),
             optimizer="labeled",
             metric=em_metric,

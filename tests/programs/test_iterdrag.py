@@ -75,7 +75,7 @@ def test_iterdrag_stops_when_the_model_repeats_a_follow_up():
 def test_iterdrag_answers_with_what_it_has_when_the_decomposition_cannot_be_read():
     lm = DummyLM([{"answer": "not a decomposition"}, {"answer": "Tolkien"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
-        pred = IterDRAG(TableRetriever([passage("A")]), k=1)(question="Who wrote it?")
+        pred = IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3)(question="Who wrote it?")
     assert (pred.answer, pred.stop, pred.sub_questions) == ("Tolkien", "unreadable_follow_up", [])
     assert pred.passages == [{"id": "id-A", "title": "A"}]
 
@@ -103,7 +103,7 @@ def test_a_copied_program_shares_its_index_backed_retriever_but_not_its_predicto
     from ragscale.programs.retrieval import BM25Retriever
 
     retriever = BM25Retriever([{"id": str(i), "title": f"T{i}", "text": f"text number {i}"} for i in range(12)])
-    program = IterDRAG(retriever)
+    program = IterDRAG(retriever, k=3, max_iterations=3)
     for copied in (copy.deepcopy(program), program.deepcopy(), program.reset_copy()):
         assert copied.retriever is retriever
         assert copied.decompose is not program.decompose
@@ -122,7 +122,7 @@ def test_a_follow_up_question_is_not_read_as_none(text):
 def test_iterdrag_reports_its_follow_ups_those_written_as_questions_and_demonstrates_only_with_one_on_multi_hop():
     replies = [{"follow_up": "Who wrote The Hobbit?"}, {"answer": "Tolkien"}, {"follow_up": "none"}, {"answer": "x"}]
     lm = DummyLM(replies)
-    program = IterDRAG(TableRetriever([passage("A")]), k=1)
+    program = IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3)
     pred = run(program, lm)
     behaviour = program.behaviour(QUESTION, pred)
     assert behaviour == {
@@ -158,7 +158,7 @@ def test_a_follow_up_that_restates_the_question_is_drawn_again_and_only_the_kept
     draws, copy_lm = [], lm.copy
     lm.copy = lambda **kwargs: draws.append(kwargs) or copy_lm(**kwargs)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter(), trace=[]):
-        pred = IterDRAG(TableRetriever([passage("A")]), k=1)(question=QUESTION)
+        pred = IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3)(question=QUESTION)
         traced = [outputs.get("follow_up") for _, _, outputs in dspy.settings.trace]
     assert (pred.sub_questions, pred.redrawn, pred.stop) == (["Who wrote The Hobbit?"], 2, "no_follow_up")
     assert traced == ["Who wrote The Hobbit?", None, "none", None]  # the restatements are not demonstrations
@@ -168,7 +168,7 @@ def test_a_follow_up_that_restates_the_question_is_drawn_again_and_only_the_kept
 def test_restated_follow_ups_end_the_loop_once_the_draws_are_spent_and_none_of_them_is_traced():
     lm = DummyLM([{"follow_up": QUESTION}] * 3 + [{"answer": "Tolkien"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter(), trace=[]):
-        pred = IterDRAG(TableRetriever([passage("A")]), k=1, resample=2)(question=QUESTION)
+        pred = IterDRAG(TableRetriever([passage("A")]), k=1, resample=2, max_iterations=3)(question=QUESTION)
         traced = [outputs.get("follow_up") for _, _, outputs in dspy.settings.trace]
     assert (pred.sub_questions, pred.redrawn, pred.stop, pred.answer) == ([], 2, "repeated_follow_up", "Tolkien")
     assert traced == [None]  # the answer only
@@ -177,7 +177,7 @@ def test_restated_follow_ups_end_the_loop_once_the_draws_are_spent_and_none_of_t
 def test_an_unreadable_draw_ends_the_drawing_and_the_restated_follow_up_ends_the_loop():
     lm = DummyLM([{"follow_up": QUESTION}, {"answer": "not a follow-up"}, {"answer": "Tolkien"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
-        pred = IterDRAG(TableRetriever([passage("A")]), k=1)(question=QUESTION)
+        pred = IterDRAG(TableRetriever([passage("A")]), k=1, max_iterations=3)(question=QUESTION)
     assert (pred.sub_questions, pred.redrawn, pred.stop, pred.answer) == ([], 1, "repeated_follow_up", "Tolkien")
     with pytest.raises(ValueError, match="resample must be >= 0"):
-        IterDRAG(TableRetriever([]), resample=-1)
+        IterDRAG(TableRetriever([]), resample=-1, k=3, max_iterations=3)

@@ -7,7 +7,7 @@ from ragscale.programs.self_rag import SelfRAG
 
 def test_self_rag_answers_without_retrieval_when_it_decides_none_is_needed():
     retriever = OverlapRetriever()
-    prediction, _ = run(SelfRAG(retriever), [{"needs_retrieval": False}, {"answer": "Paris"}])
+    prediction, _ = run(SelfRAG(retriever, k=5), [{"needs_retrieval": False}, {"answer": "Paris"}])
     assert prediction.answer == "Paris"
     assert prediction.retrieved is False
     assert retriever.calls == []
@@ -57,5 +57,5 @@ def test_self_rag_answers_directly_when_no_round_finds_a_relevant_passage():
 
 
 def test_self_rag_behaviour_sees_a_question_answered_without_retrieval():
-    self_rag, _ = run(SelfRAG(OverlapRetriever()), [{"needs_retrieval": False}, {"answer": "Denver"}])
+    self_rag, _ = run(SelfRAG(OverlapRetriever(), k=5), [{"needs_retrieval": False}, {"answer": "Denver"}])
     assert SelfRAG.behaviour(QUESTION, self_rag)["retrieval_rate"] == 0.0
