@@ -1,10 +1,11 @@
 """Servers named by URL, tried before any model loads: a tracking server, an LM server, a chroma server.
 
 A server that is not there would otherwise cost minutes: MLflow's client retries a refused connection for several
-minutes before it fails, and a run reaches its LM server only after loading its data, corpus and indexes. Each
-check sends one GET with a short timeout to a path the server answers (``PROBES``); any HTTP answer, even an
-error status, shows that something listens there, and anything else (refused, unknown host, no answer in time) is
-a ``ConfigError`` (exit code 2 in the CLI) naming the flag, the URL and what was tried.
+minutes before it fails, and a run reaches its LM server only after loading its data, corpus and indexes. Each check
+sends one GET with a short timeout to a path the server answers (``PROBES``): a success, or 401 or 403 (a server that
+wants a key it will be given), passes; any other status (a 404 usually means a wrong path, such as an API base without
+/v1), a refusal, an unknown host or no answer in time is a ``ConfigError`` (exit code 2 in the CLI) naming the flag, the
+URL and what was tried.
 """
 
 from __future__ import annotations

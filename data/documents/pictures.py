@@ -46,7 +46,7 @@ class VLMDescriber:
     """A vision-language model behind an OpenAI-compatible ``/v1/chat/completions`` (vLLM, SGLang, Ollama).
 
     ``VLMDescriber("http://localhost:8000/v1", "Qwen/Qwen2.5-VL-3B-Instruct")``. The picture is sent as a PNG
-    data URL with ``prompt``; the reply is the picture's text. Not exercised by the tests (no server here).
+    data URL with ``prompt``; the reply is the picture's text.
     """
 
     prompt = (
