@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -134,9 +135,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, default=None, help="write {model, n, parse_rate} here")
     args = parser.parse_args(argv)
 
-    from ragscale.data.offline import go_offline
+    from ragscale.process import prepare_process
 
-    go_offline()
+    prepare_process(logging.WARNING)
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-parse-rate-"))
     import dspy
 

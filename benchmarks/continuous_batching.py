@@ -144,7 +144,7 @@ def transformers_run(model, engine, prompts: list[list[dict]], warm: list[dict],
 def _transformers_run(model, engine, prompts, warm, eos, budget, page_size) -> dict:
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    from ragscale.programs.lm.openmp import release_openmp_threads
+    from ragscale.process import release_openmp_threads
 
     lengths = [len(prompt_ids(engine, m)) for m in [warm, *prompts]]
     # room for every prompt and reply at once (a page spare each), so no page is evicted or offloaded: left to

@@ -106,11 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_path", type=Path)
     args = parser.parse_args(argv)
 
-    from ragscale.data.offline import go_offline
+    from ragscale.process import prepare_process
 
-    go_offline()
+    prepare_process(logging.WARNING)
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-bench-dspy-"))
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     import dspy
     from dspy.utils.exceptions import AdapterParseError
@@ -192,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         train = load_split("hotpotqa", "train")[: args.grader_train_limit]
         with dspy.context(lm=lm, adapter=adapter), meter() as usage:
-            learned = compile_graders(CalibratedPredict(Grade), train, optimizer=args.grader, lm=lm, adapter=adapter)
+            learned = compile_graders(
+                CalibratedPredict(Grade), train, optimizer=args.grader, max_demos=4, lm=lm, adapter=adapter
+            )
         grader |= {"demos": len(learned.demos), "lm_calls": usage.calls,
                    "compile_s": round(time.perf_counter() - start, 1)}  # fmt: skip
         print(f"grader: {json.dumps(grader)}", file=sys.stderr, flush=True)

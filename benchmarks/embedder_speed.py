@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -158,11 +159,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from ragscale.data.offline import go_offline
+    from ragscale.process import prepare_process
     from ragscale.programs.lm.layouts import cpu_flags, cpu_model, cpu_vendor
     from ragscale.programs.retrieval.embedder import MiniLMEmbedder, pick_precision
 
-    go_offline()
+    prepare_process(logging.WARNING)
     warnings.filterwarnings("ignore")
     eval_file = args.eval_file or default_eval_file()
     if not eval_file.is_file():

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown cell(s) {unknown}; valid: {', '.join(':'.join(c) for c in CELLS)}")
 
-    from ragscale.experiments.cli import prepare_process
+    from ragscale.process import prepare_process
 
     prepare_process()
     runner = Cells(

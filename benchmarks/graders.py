@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import json
+import logging
 import math
 import time
 from collections import Counter
@@ -89,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    from ragscale.data.offline import go_offline
+    from ragscale.process import prepare_process
 
-    go_offline()
+    prepare_process(logging.WARNING)
     import dspy
 
     from ragscale.data import load_split

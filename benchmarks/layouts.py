@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{', '.join(DECODE_WAYS)} (unknown: {unknown})"
         )
 
-    from ragscale.experiments.cli import prepare_process
+    from ragscale.process import prepare_process
 
     prepare_process()
     from ragscale.experiments.compare import paired_bootstrap

@@ -86,8 +86,8 @@ def model_speed(
     the way ``auto`` picks for the model)."""
     import torch
 
+    from ragscale.process import release_openmp_threads
     from ragscale.programs.lm.kv import buffer_cache
-    from ragscale.programs.lm.openmp import release_openmp_threads
 
     decoder = decoder_for(model)
     text = " ".join(p["text"] for ex in examples for p in ex["paragraphs"])
@@ -114,7 +114,7 @@ def model_speed(
             positions = positions + 1
         sync()
         decode = time.perf_counter() - start
-    release_openmp_threads()  # the engine's worker runs the model next; see programs/lm/openmp.py
+    release_openmp_threads()  # the engine's worker runs the model next; see ragscale.process
     return batch * length / prefill, batch * steps / decode
 
 
@@ -237,14 +237,16 @@ def bound_speedup(one: dict, eight: dict) -> float:
 
 
 def prepare_process(name: str, torch_threads: int | None) -> None:
-    """What a throughput benchmark's process sets before it loads anything: the offline environment, no progress
-    bars, a DSPy cache of its own (empty: every answer computed), quiet deprecation warnings, torch's threads."""
+    """What a throughput benchmark's process sets before it loads anything: ragscale's own set-up (the offline
+    environment, the C heap's limits, warnings-only logging), no progress bars, a DSPy cache of its own (empty:
+    every answer computed), quiet deprecation warnings, torch's threads."""
+    import logging
     import tempfile
     import warnings
 
-    from ragscale.data.offline import go_offline
+    from ragscale import process
 
-    go_offline()
+    process.prepare_process(logging.WARNING)
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ["DSPY_CACHEDIR"] = tempfile.mkdtemp(prefix=f"{name}-dspy-cache-")
     warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown method(s) {unknown}; valid: {', '.join(PROGRAMS)}")
     optimizers = [o.strip() for o in args.optimizers.split(",") if o.strip()]
 
-    from ragscale.experiments.cli import prepare_process
+    from ragscale.process import prepare_process
 
     prepare_process()
     from ragscale.experiments.compare import format_ci

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import logging
 import statistics
 import time
 from datetime import date
@@ -67,13 +68,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
-    from ragscale.data.offline import go_offline
     from ragscale.experiments.files import write_json
+    from ragscale.process import prepare_process
     from ragscale.programs.lm.engine import TorchEngine
     from ragscale.programs.lm.layouts import cpu_model
     from ragscale.programs.lm.models import load_model
 
-    go_offline()
+    prepare_process(logging.WARNING)
     root = Path(os.environ.get("RAGSCALE_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets")
     with (root / "hotpotqa" / "dev.jsonl").open(encoding="utf-8") as f:
         text = " ".join(p["text"] for line in f for p in json.loads(line)["paragraphs"])

@@ -80,9 +80,9 @@ def evaluate(retriever, examples) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from ragscale.data.offline import go_offline
+    from ragscale.process import prepare_process
 
-    go_offline()
+    prepare_process(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from ragscale.data import DATASETS, default_data_dir, load_jsonl, load_split
     from ragscale.data.corpora import load_corpus
@@ -101,7 +101,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--index-dir", type=Path, help="reuse indexes here (default: a fresh temp folder)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 = torch's default)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
     if args.threads:
         import torch
 

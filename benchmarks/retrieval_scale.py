@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import re
@@ -282,9 +283,9 @@ def render(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ragscale.data.offline import go_offline
+    from ragscale.process import prepare_process
 
-    go_offline()
+    prepare_process(logging.WARNING)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10k,100k,1m")
     parser.add_argument("--parts", default=",".join(PARTS))

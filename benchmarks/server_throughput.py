@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -126,12 +127,12 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.llama_server:
         parser.error("give --llama-server or set $RAGSCALE_LLAMA_SERVER (docs/ecosystem.md: building it)")
 
-    from ragscale.data.offline import go_offline
     from ragscale.experiments.provenance import CODE_PATH_FLAGS
+    from ragscale.process import prepare_process
     from ragscale.programs.lm.layouts import cpu_flags, cpu_model
     from ragscale.programs.lm.models import resolve
 
-    go_offline()
+    prepare_process(logging.WARNING)
     path = args.json or Path("benchmarks/results") / f"server-throughput-{slug(args.model)}.json"
     result = json.loads(path.read_text()) if path.exists() else {}
     result.update({

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    from ragscale.experiments.cli import prepare_process
+    from ragscale.process import prepare_process
 
     prepare_process()
     from ragscale.experiments.config import RunConfig

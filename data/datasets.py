@@ -7,7 +7,7 @@ unique within a file. Every line is validated with ``json`` first (``read_jsonl`
 ``DatasetError`` naming the file, the line and the field; only then is the file read with
 ``datasets.load_dataset("json", ...)``.
 
-``datasets`` is imported after ``offline.go_offline()``, which sets ``HF_DATASETS_OFFLINE=1`` and
+``datasets`` is imported after ``ragscale.process.go_offline()``, which sets ``HF_DATASETS_OFFLINE=1`` and
 ``HF_HUB_OFFLINE=1`` unless they are set: without them ``load_dataset`` of a local file still makes one request.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ragscale.data.offline import go_offline
+from ragscale.process import go_offline
 
 DATASETS = ("hotpotqa", "musique", "2wikimultihopqa", "nq", "bamboogle")
 SPLITS = ("train", "dev")
@@ -203,7 +203,7 @@ def load_jsonl(path: str | Path, *, cache_dir: str | Path | None = None) -> list
 def load_hub(name: str, split: str, **kwargs: Any) -> list[Any]:
     """Load a Hugging Face hub dataset whose rows follow the shared schema: it needs a reachable hub, and
     ``HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0`` in the environment before ragscale first uses ``datasets``
-    (``offline.go_offline`` sets them to 1 otherwise).
+    (``ragscale.process.go_offline`` sets them to 1 otherwise).
 
     ``kwargs`` go to ``datasets.load_dataset``; rows are validated as records (line = row number, 1-based).
     """

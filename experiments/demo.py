@@ -17,7 +17,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ragscale.experiments.cli import prepare_process
+from ragscale.process import prepare_process
 from ragscale.programs.lm.models import DEFAULT_LM
 
 TEACHER_LM = "qwen2.5-coder-1.5b"

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ragscale.data.offline import go_offline
 from ragscale.experiments.files import exclusive
+from ragscale.process import go_offline
 
 EXPERIMENT = "ragscale"
 RUN_KIND_TAG = "ragscale.kind"

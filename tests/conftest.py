@@ -11,7 +11,7 @@ SHARED = REPO.parent / "shared"
 
 
 def pytest_configure(config):
-    from ragscale.data.offline import go_offline
+    from ragscale.process import go_offline
 
     go_offline()
     os.environ.setdefault("DSPY_CACHEDIR", tempfile.mkdtemp(prefix="ragscale-dspy-cache-"))

@@ -17,9 +17,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ragscale.data.offline import go_offline
 from ragscale.experiments.cli import documents, runs, sweep, tracking_server
 from ragscale.experiments.config import ConfigError
+from ragscale.process import prepare_process
 
 log = logging.getLogger("ragscale")
 
@@ -42,19 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
             help="MLflow tracking server or store (default: MLFLOW_TRACKING_URI, else a sqlite store in --runs-dir)",
         )
     return parser
-
-
-def prepare_process() -> None:
-    """What every entry point does first: the offline environment (before DSPy, LiteLLM or MLflow is imported) and
-    INFO logging with the chatty libraries quieted, and the C heap's limits (``heap.limit_heap``, set before the
-    threads that allocate start)."""
-    go_offline()
-    from ragscale.programs.lm.heap import limit_heap
-
-    limit_heap()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("alembic", "httpx", "LiteLLM", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def check_tracking_server(flag: str | None) -> None:

@@ -2,7 +2,7 @@
 
 ``mlflow ui`` and ``mlflow server`` import LiteLLM, which on a machine without internet tries to fetch its model
 price map and then hangs on an import lock: no port, no message. ``ragscale mlflow ARGS`` is ``mlflow ARGS`` run
-by this Python with the environment of ``data.offline`` set (``LITELLM_LOCAL_MODEL_COST_MAP`` among it), which the
+by this Python with the environment of ``ragscale.process`` set (``LITELLM_LOCAL_MODEL_COST_MAP`` among it), which the
 server's worker processes inherit. Every argument goes to MLflow unchanged.
 """
 
@@ -26,7 +26,7 @@ def add_parsers(subparsers) -> None:
 
 
 def cmd_mlflow(args: argparse.Namespace) -> int:
-    """Replace this process by ``python -m mlflow ARGS`` (the environment is set by the CLI's ``prepare_process``)."""
+    """Replace this process by ``python -m mlflow ARGS`` (the CLI set the environment: ``process.prepare_process``)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "mlflow", *args.mlflow_args])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 
-from ragscale.data.offline import go_offline
+from ragscale.process import go_offline
 from ragscale.programs.lm.adapter import FieldAdapter
 from ragscale.programs.lm.cache import restrict_cache
 from ragscale.programs.lm.meter import CallRecord, MeteredLM, UsageMeter, meter
@@ -75,7 +75,7 @@ def load_lm(
 
     ``cache=True`` lets DSPy's cache serve identical requests (reruns cost nothing), read with restricted unpickling
     (``cache.restrict_cache``); ``cache=False`` turns it off. The offline environment is set first
-    (``ragscale.data.offline``): the model hub and the price map are not contacted.
+    (``ragscale.process``): the model hub and the price map are not contacted.
     ``openai/<model>`` needs ``api_base`` (e.g. ``http://localhost:8000/v1``) and accepts ``context_window=N``.
     ``weights`` is :func:`~ragscale.programs.lm.models.load_model`'s: the layout of the linear layers on CPU
     (``WEIGHTS``). Other keyword arguments become default request parameters of the LM.

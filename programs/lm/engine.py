@@ -407,7 +407,7 @@ class TorchEngine:
             self._serve()
 
     def _serve(self) -> None:
-        from ragscale.programs.lm.openmp import release_openmp_threads
+        from ragscale.process import release_openmp_threads
 
         self._active = None
         closing = False  # close() was called: finish what is running, take nothing new

@@ -190,9 +190,8 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ragscale.programs.lm.heap import limit_heap, trim_heap
+    from ragscale.process import limit_heap, release_openmp_threads, trim_heap
     from ragscale.programs.lm.layouts import apply_layout
-    from ragscale.programs.lm.openmp import release_openmp_threads
 
     limit_heap()
     path = resolve(name)

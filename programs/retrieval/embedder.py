@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ragscale.data.offline import go_offline
+from ragscale.process import go_offline
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ class MiniLMEmbedder:
         import numpy as np
         import torch
 
-        from ragscale.programs.lm.openmp import release_openmp_threads
+        from ragscale.process import release_openmp_threads
 
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)

@@ -13,7 +13,7 @@ import dspy
 import pytest
 from dspy.clients.cache import Cache
 
-from ragscale.data.offline import OFFLINE_ENV
+from ragscale.process import OFFLINE_ENV
 from ragscale.programs.lm import load_lm
 from ragscale.programs.lm.cache import cache_is_restricted, restrict_cache
 
