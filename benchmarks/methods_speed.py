@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             config = RunConfig(
                 method=method, dataset="hotpotqa", optimizer=OPTIMIZER.get(method, "none"), lm=args.lm,
-                limit=args.limit, train_limit=16, max_demos=2, max_docs_per_demo=3, threads=args.threads,
+                limit=args.limit, train_limit=16, shots=2, docs_per_demo=3, threads=args.threads,
                 runs_dir=args.out_dir / "runs", cache=False, weights=weights,
             )  # fmt: skip
             lms[weights] = lms.get(weights) or load_lm_for(config)

@@ -2,7 +2,8 @@
 
 DRAG and IterDRAG are compiled with `bootstrap` on HotpotQA train, the teacher LM (the packaged 1.5B) writing the
 traces; then closed-book, RAG, DRAG and IterDRAG are evaluated on the first N HotpotQA dev questions with the
-default packaged model, each run logged to MLflow under `runs/`, and the comparison is printed (paired bootstrap
+default packaged model (IterDRAG with 3 documents per query, the others with 5; 2 shots of at most 3 documents
+each), each run logged to MLflow under `runs/`, and the comparison is printed (paired bootstrap
 CIs against closed-book). N = 100 by default: with 30 questions a CI is about 25 points wide.
 
     python -m ragscale.experiments.demo [--limit N] [--lm NAME] [--teacher NAME|none] [--runs-dir DIR] [--threads T]
@@ -22,7 +23,8 @@ from ragscale.programs.lm.models import DEFAULT_LM
 
 TEACHER_LM = "qwen2.5-coder-1.5b"
 
-DEMO_RUNS = (("closed-book", "none"), ("rag", "none"), ("drag", "bootstrap"), ("iterdrag", "bootstrap"))
+DEMO_RUNS = (("closed-book", "none", 5), ("rag", "none", 5), ("drag", "bootstrap", 5), ("iterdrag", "bootstrap", 3))
+"""(method, optimizer, documents per query) of each run; every run has 2 shots of at most 3 documents each."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.experiments.config import RunConfig
     from ragscale.experiments.runner import load_lm_for, run_experiment
     from ragscale.experiments.tracking import is_local, tracking_uri
+    from ragscale.programs import method_named
 
     start = time.perf_counter()
     configs = [
@@ -55,11 +58,11 @@ def main(argv: list[str] | None = None) -> int:
             train_limit=args.train_limit,
             runs_dir=args.runs_dir,
             threads=args.threads,
-            k=3 if method == "iterdrag" else 5,
-            max_demos=2,
-            max_docs_per_demo=3,
+            docs=docs,
+            shots=2,
+            docs_per_demo=3,
         )
-        for method, optimizer in DEMO_RUNS
+        for method, optimizer, docs in DEMO_RUNS
     ]
     lm = load_lm_for(configs[0])
     summaries = [run_experiment(config, lm=lm, check_context=True) for config in configs]
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ids = {s["mlflow_run_id"] for s in summaries}
     runs = [run for run in load_runs(args.runs_dir) if run.run_id in ids]
-    baseline = next(s["mlflow_run_id"] for s in summaries if s["method"] == "closed-book")
+    baseline = next(s["mlflow_run_id"] for s in summaries if not method_named(s["method"]).retrieves)
     print()
     print(format_table(compare_runs(runs, baseline=baseline, latest_only=False)))
     print(f"\n{len(summaries)} runs, {args.limit} HotpotQA dev questions each, {args.lm}: {wall / 60:.1f} min in all")

@@ -9,7 +9,6 @@ from pathlib import Path
 from ragscale.experiments.config import DEFAULTS, ConfigError, with_default
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_lm, check_output_file, check_writable_dir
-from ragscale.programs.lm.models import DEFAULT_LM
 
 
 def add_ingest(subparsers) -> None:
@@ -26,10 +25,13 @@ def add_ingest(subparsers) -> None:
     )
     ingest_cmd.add_argument("--collection", required=True, help="collection name (runs/collections/NAME)")
     ingest_cmd.add_argument("--contextual", action="store_true", help="prepend an LM-written context to each chunk")
-    ingest_cmd.add_argument("--lm", default=DEFAULT_LM, help=f"LM for --contextual (default: {DEFAULT_LM})")
+    ingest_cmd.add_argument("--lm", default=DEFAULTS["lm"], help=with_default("LM for --contextual", "lm"))
     ingest_cmd.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server for --lm")
     ingest_cmd.add_argument(
-        "--adapter", choices=sorted(ADAPTERS), default="field", help="prompt format (default: field)"
+        "--adapter",
+        choices=sorted(ADAPTERS),
+        default=DEFAULTS["adapter"],
+        help=with_default("prompt format", "adapter"),
     )
     ingest_cmd.add_argument(
         "--max-tokens", dest="max_tokens", type=int, default=None, help="words per chunk (default: 150)"
@@ -45,7 +47,7 @@ def add_ingest(subparsers) -> None:
     ingest_cmd.add_argument("--vlm-url", dest="vlm_url", help="OpenAI-compatible server of a vision-language model")
     ingest_cmd.add_argument("--vlm-model", dest="vlm_model", help="the VLM's model name on that server")
     ingest_cmd.add_argument("--no-ocr", dest="ocr", action="store_false", help="no OCR of pictures (caption only)")
-    ingest_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
+    ingest_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=DEFAULTS["runs_dir"])
     ingest_cmd.set_defaults(func=cmd_ingest)
 
 
@@ -104,9 +106,14 @@ def add_ask(subparsers) -> None:
     ask_cmd.add_argument("question")
     ask_cmd.add_argument("--collection", required=True)
     ask_cmd.add_argument("--method", choices=sorted(PROGRAMS), default="rag", help="RAG method (default: rag)")
-    ask_cmd.add_argument("--lm", default=DEFAULT_LM, help="a preset, model dir, .gguf, or openai/<model>")
+    ask_cmd.add_argument("--lm", default=DEFAULTS["lm"], help="a preset, model dir, .gguf, or openai/<model>")
     ask_cmd.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server for --lm")
-    ask_cmd.add_argument("--adapter", choices=sorted(ADAPTERS), default="field", help="prompt format")
+    ask_cmd.add_argument(
+        "--adapter",
+        choices=sorted(ADAPTERS),
+        default=DEFAULTS["adapter"],
+        help=with_default("prompt format", "adapter"),
+    )
     ask_cmd.add_argument(
         "--docs", type=int, default=DEFAULTS["docs"], help=with_default("documents retrieved per query", "docs")
     )
@@ -126,7 +133,7 @@ def add_ask(subparsers) -> None:
         default="fused",
         help="fuse the grade order with the hybrid order by RRF (fused, the default) or keep the best graded (grade)",
     )
-    ask_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
+    ask_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=DEFAULTS["runs_dir"])
     ask_cmd.add_argument("--json", dest="json_path", type=Path, help="also write the answer and sources as JSON")
     ask_cmd.set_defaults(func=cmd_ask)
 

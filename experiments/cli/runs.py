@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragscale.experiments.config import CORPUS_HELP, ConfigError, RunConfig, with_default
+from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, ConfigError, RunConfig, with_default
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 
@@ -159,7 +159,7 @@ def add_compare(subparsers) -> None:
         help="run id, unique id prefix or run name (default: per dataset, the latest "
         "closed-book run, else the first run)",
     )
-    compare.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
+    compare.add_argument("--runs-dir", dest="runs_dir", type=Path, default=DEFAULTS["runs_dir"])
     compare.add_argument(
         "--all",
         dest="all_runs",

@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ragscale.experiments.config import CORPUS_HELP, ConfigError, RunConfig
+from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, ConfigError, RunConfig, with_default
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 from ragscale.experiments.sweep.grid import (
@@ -24,7 +24,6 @@ from ragscale.experiments.sweep.grid import (
     parse_size,
 )
 from ragscale.programs import method_named
-from ragscale.programs.lm.models import DEFAULT_LM
 
 
 def add_sweep(subparsers) -> None:
@@ -47,7 +46,7 @@ def add_sweep(subparsers) -> None:
     sweep.add_argument(
         "--budgets", default=",".join(map(format_size, DEFAULT_BUDGETS)), help="effective-context budgets, e.g. 2k,4k"
     )
-    sweep.add_argument("--lm", default=DEFAULT_LM, help="a preset, model dir, .gguf, or openai/<model>")
+    sweep.add_argument("--lm", default=DEFAULTS["lm"], help="a preset, model dir, .gguf, or openai/<model>")
     sweep.add_argument(
         "--api-base",
         dest="api_base",
@@ -63,19 +62,40 @@ def add_sweep(subparsers) -> None:
         help="configurations run at once (default: 1), spread over the --api-base servers; with a local --lm they "
         "share its one engine",
     )
-    sweep.add_argument("--adapter", choices=sorted(ADAPTERS), default="field")
+    sweep.add_argument(
+        "--adapter",
+        choices=sorted(ADAPTERS),
+        default=DEFAULTS["adapter"],
+        help=with_default("prompt format", "adapter"),
+    )
     sweep.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"dev questions (default: {DEFAULT_LIMIT})")
-    sweep.add_argument("--train-limit", dest="train_limit", type=int, default=64, help="train questions for demos")
+    sweep.add_argument(
+        "--train-limit",
+        dest="train_limit",
+        type=int,
+        default=DEFAULTS["train_limit"],
+        help=with_default("train questions for demos", "train_limit"),
+    )
     sweep.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="labeled", help="teleprompter for shots")
     sweep.add_argument(
         "--docs-per-demo", dest="docs_per_demo", type=int, help="documents per demonstration (default: k, the paper's)"
     )
-    sweep.add_argument("--retriever", choices=RETRIEVERS, default="hybrid")
+    sweep.add_argument(
+        "--retriever", choices=RETRIEVERS, default=DEFAULTS["retriever"], help=with_default("retriever", "retriever")
+    )
     sweep.add_argument("--corpus", help=CORPUS_HELP)
     sweep.add_argument("--chroma-url", dest="chroma_url", help="a chromadb server (default: embedded, under runs/)")
     sweep.add_argument("--data-dir", dest="data_dir", type=Path)
-    sweep.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
-    sweep.add_argument("--threads", type=int, default=4)
+    sweep.add_argument(
+        "--runs-dir",
+        dest="runs_dir",
+        type=Path,
+        default=DEFAULTS["runs_dir"],
+        help=with_default("MLflow store, sweeps", "runs_dir"),
+    )
+    sweep.add_argument(
+        "--threads", type=int, default=DEFAULTS["threads"], help=with_default("questions in parallel", "threads")
+    )
     sweep.add_argument("--no-baselines", dest="baselines", action="store_false", help="no closed-book or oracle runs")
     sweep.add_argument("--plan-only", dest="plan_only", action="store_true", help="print the plan; run nothing")
     sweep.add_argument("--no-progress", dest="progress", action="store_false")
@@ -166,9 +186,9 @@ def add_allocate(subparsers) -> None:
     )
     allocate_cmd.add_argument("--budget", required=True, help="effective-context budget, e.g. 8k")
     allocate_cmd.add_argument("--dataset", required=True, choices=list(DATASETS))
-    allocate_cmd.add_argument("--lm", default=DEFAULT_LM, help="the LM the sweep ran with")
+    allocate_cmd.add_argument("--lm", default=DEFAULTS["lm"], help="the LM the sweep ran with")
     allocate_cmd.add_argument("--corpus", help="the corpus the sweep searched (default: the dataset's)")
-    allocate_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=Path("runs"))
+    allocate_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=DEFAULTS["runs_dir"])
     allocate_cmd.set_defaults(func=cmd_allocate)
 
 
