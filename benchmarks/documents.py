@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         train = load_split("hotpotqa", "train")[: args.grader_train_limit]
         with dspy.context(lm=lm, adapter=adapter), meter() as usage:
             learned = compile_graders(
-                CalibratedPredict(Grade), train, optimizer=args.grader, max_demos=4, lm=lm, adapter=adapter
+                CalibratedPredict(Grade), train, optimizer=args.grader, shots=4, lm=lm, adapter=adapter
             )
         grader |= {"demos": len(learned.demos), "lm_calls": usage.calls,
                    "compile_s": round(time.perf_counter() - start, 1)}  # fmt: skip

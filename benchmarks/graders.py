@@ -1,7 +1,7 @@
 """How well does the Grade predictor of CRAG and Self-RAG judge passages, before and after compiling on labels?
 
     python benchmarks/graders.py [--lm qwen2.5-coder-0.5b] [--teacher qwen2.5-coder-1.5b] [--limit 50]
-                                 [--train-limit 32] [--optimizers none,labeled,bootstrap] [--max-demos 4]
+                                 [--train-limit 32] [--optimizers none,labeled,bootstrap] [--shots 4]
                                  [--calibrate] [--json FILE]
 
 The labels come from the data: for each question, one supporting paragraph ("relevant") and one other paragraph
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=50, help="dev questions (two labelled passages each)")
     parser.add_argument("--train-limit", type=int, default=32, help="train questions the teleprompter sees")
     parser.add_argument("--optimizers", default="none,labeled,bootstrap")
-    parser.add_argument("--max-demos", type=int, default=4)
+    parser.add_argument("--shots", type=int, default=4)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--calibrate", action="store_true", help="also score each grader calibrated")
     parser.add_argument("--json", type=Path)
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                     CalibratedPredict(Grade),
                     train,
                     optimizer=optimizer,
-                    max_demos=args.max_demos,
+                    shots=args.shots,
                     lm=lm,
                     adapter=adapter,
                     teacher_lm=teacher if optimizer in TEACHER_OPTIMIZERS else None,

@@ -141,7 +141,7 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
     from ragscale.optimizers.teleprompters import compile_program
 
     common = {
-        "max_demos": config.shots,
+        "shots": config.shots,
         "lm": lm,
         "adapter": adapter,
         "seed": config.seed,
@@ -154,7 +154,7 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
         list(trainset),
         optimizer=config.optimizer,
         metric=SCORES[config.metric],
-        max_docs_per_demo=config.docs_per_demo,
+        docs_per_demo=config.docs_per_demo,
         threads=config.threads,
         **common,
     )

@@ -97,8 +97,8 @@ def check_fits_context(
     count_tokens: Callable[[str], int] | None = None,
     context_window: int | None = None,
     adapter: dspy.Adapter | None = None,
-    max_demos: int = 0,
-    max_docs_per_demo: int = 0,
+    shots: int = 0,
+    docs_per_demo: int = 0,
 ) -> dict[str, int]:
     """Estimate each predictor's longest prompt and raise ``ContextWindowError`` if one does not fit.
 
@@ -110,8 +110,8 @@ def check_fits_context(
     ``count_tokens`` per message plus its markup when given; the LM's ``max_tokens`` is reserved for the answer.
     The window defaults to ``context_window(lm)``. Returns ``{predictor name: estimated prompt tokens}``.
 
-    Before compiling, pass ``max_demos`` and ``max_docs_per_demo``: predictors with fewer demonstrations are
-    filled with stand-in ones (the same stand-in inputs with ``max_docs_per_demo`` documents, unless the program
+    Before compiling, pass ``shots`` and ``docs_per_demo``: predictors with fewer demonstrations are
+    filled with stand-in ones (the same stand-in inputs with ``docs_per_demo`` documents, unless the program
     drops demo documents, and the question as every output).
 
     The prompt is first estimated from prompts of one document, follow-up and demonstration (``linear_estimate``);
@@ -125,12 +125,12 @@ def check_fits_context(
     reserve = int(kwargs.get("max_tokens") or 0)
     adapter = adapter or dspy.settings.adapter or dspy.ChatAdapter()
     documents = program.max_documents()
-    demo_documents = max_docs_per_demo if program.demo_documents else 0
+    demo_documents = docs_per_demo if program.demo_documents else 0
     follow_ups = program.max_list_items()
     estimates: dict[str, int] = {}
     for name, predictor in program.named_predictors():
         tokens = partial(_longest_prompt_tokens, predictor, lm, adapter, count_tokens, question, document)
-        sizes = (documents.get(name, 0), follow_ups, max(0, max_demos - len(predictor.demos)), demo_documents)
+        sizes = (documents.get(name, 0), follow_ups, max(0, shots - len(predictor.demos)), demo_documents)
         estimates[name] = linear_estimate(tokens, *sizes)
         if estimates[name] + reserve <= 2 * context_window:  # small enough to format: count the real prompt
             estimates[name] = tokens(*sizes)

@@ -5,7 +5,7 @@ DRAG (Yue et al. 2024, arXiv:2410.04343) shows each demonstration with the docum
 demonstration's question. ``labeled_fields`` turns one labeled example into the field values it offers a program's
 predictors (matched by field name), ``demo_documents`` retrieves a demonstration's documents with the program's
 own retriever, ``LabeledWithDocuments`` is DSPy's LabeledFewShot built on both, and ``cap_demos`` keeps at most
-``max_demos`` demonstrations per predictor and ``max_docs_per_demo`` documents per demonstration, the most relevant
+``shots`` demonstrations per predictor and ``docs_per_demo`` documents per demonstration, the most relevant
 kept, last (DRAG's order). A program whose class sets ``demo_documents = False`` (RAG) has its demonstrations'
 documents dropped: they become question -> answer pairs.
 """
@@ -72,20 +72,20 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
 class LabeledWithDocuments(Teleprompter):
     """LabeledFewShot (``dspy/teleprompt/vanilla.py``) whose demonstrations carry their own documents.
 
-    Samples ``max_demos`` training examples; each predictor gets, up to ``max_demos``, the demonstrations whose
+    Samples ``shots`` training examples; each predictor gets, up to ``shots``, the demonstrations whose
     fields cover its signature (``documents`` may be missing: then the demonstration is a question -> answer pair;
     another list input may be missing: then it is shown empty).
     """
 
-    def __init__(self, max_demos: int, max_docs_per_demo: int, seed: int = 0):
-        self.max_demos, self.max_docs_per_demo, self.seed = max_demos, max_docs_per_demo, seed
+    def __init__(self, shots: int, docs_per_demo: int, seed: int = 0):
+        self.shots, self.docs_per_demo, self.seed = shots, docs_per_demo, seed
 
     def compile(self, student: Method, *, trainset: Sequence[dspy.Example]) -> Method:
         self.student = student.reset_copy()
-        examples = random.Random(self.seed).sample(list(trainset), min(self.max_demos, len(trainset)))
+        examples = random.Random(self.seed).sample(list(trainset), min(self.shots, len(trainset)))
 
         def documents(query: str) -> list[str] | None:
-            return demo_documents(self.student, query, self.max_docs_per_demo)
+            return demo_documents(self.student, query, self.docs_per_demo)
 
         offered = [fields for example in examples for fields in labeled_fields(example, documents)]
         for predictor in self.student.predictors():
@@ -97,23 +97,23 @@ class LabeledWithDocuments(Teleprompter):
             candidates = [{**empty, **fields} for fields in offered]
             fits = [fields for fields in candidates if needed <= fields.keys()]
             predictor.demos = [dspy.Example({n: f[n] for n in signature.fields if n in f}) for f in fits]
-            predictor.demos = predictor.demos[: self.max_demos]
+            predictor.demos = predictor.demos[: self.shots]
         return self.student
 
 
-def cap_demos(program: Method, max_demos: int, max_docs_per_demo: int) -> Method:
-    """Keep at most ``max_demos`` demonstrations per predictor and ``max_docs_per_demo`` documents per
+def cap_demos(program: Method, shots: int, docs_per_demo: int) -> Method:
+    """Keep at most ``shots`` demonstrations per predictor and ``docs_per_demo`` documents per
     demonstration (the last ones: most relevant last); drop them all when the program sets ``demo_documents =
     False``. Changes ``program`` in place and returns it."""
     keep_documents = program.demo_documents
     for predictor in program.predictors():
         capped = []
-        for demo in predictor.demos[:max_demos]:
+        for demo in predictor.demos[:shots]:
             fields = dict(demo.items()) if isinstance(demo, dspy.Example) else dict(demo)
             if "documents" in fields:
                 documents = list(fields.pop("documents"))
                 if keep_documents:
-                    fields["documents"] = documents[max(0, len(documents) - max_docs_per_demo) :]
+                    fields["documents"] = documents[max(0, len(documents) - docs_per_demo) :]
             capped.append(dspy.Example(fields))
         predictor.demos = capped
     return program

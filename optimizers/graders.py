@@ -98,7 +98,7 @@ def compile_graders(
     trainset: Sequence[dspy.Example],
     *,
     optimizer: str,
-    max_demos: int,
+    shots: int,
     calibrate: bool = False,
     **kwargs,
 ) -> Method:
@@ -116,10 +116,10 @@ def compile_graders(
     if not labelled:
         raise ValueError("compile_graders: no training example has paragraphs to label (field 'paragraphs')")
     grader = compile_program(
-        Grader(), labelled, optimizer=optimizer, metric=grade_match, max_demos=max_demos, max_docs_per_demo=0, **kwargs
+        Grader(), labelled, optimizer=optimizer, metric=grade_match, shots=shots, docs_per_demo=0, **kwargs
     )
     learned = grader.predictors()[0]
-    demos = balance_labels(learned.demos, labelled, max_demos)
+    demos = balance_labels(learned.demos, labelled, shots)
     for target in targets:
         target.demos = [dspy.Example(dict(demo.items())) for demo in demos]
         target.signature = target.signature.with_instructions(learned.signature.instructions)

@@ -9,9 +9,9 @@
   on ``threads`` training examples at a time); demonstrations are the program's own traces that pass the metric,
   so they hold the documents retrieved during the trace. As DSPy's ``max_labeled_demos`` does with raw examples,
   the teacher first gets labeled demonstrations (``labeled``, with documents and, where the data has them, gold
-  decompositions: the form it then writes its steps in) of the first ``max_demos`` shuffled training examples,
-  and runs on the others (a training set no larger than ``max_demos`` is all run on, with no labeled demos shown);
-  predictors left short of ``max_demos`` are topped up with labeled demonstrations.
+  decompositions: the form it then writes its steps in) of the first ``shots`` shuffled training examples,
+  and runs on the others (a training set no larger than ``shots`` is all run on, with no labeled demos shown);
+  predictors left short of ``shots`` are topped up with labeled demonstrations.
 - ``random-search``: ``dspy.BootstrapFewShotWithRandomSearch`` over ``num_candidates`` bootstrapped sets.
 - ``mipro``: ``dspy.MIPROv2(auto="light")``: instructions and bootstrapped demonstrations searched together
   (needs ``optuna``).
@@ -31,8 +31,8 @@ traces are the ones that skip the step, and the compiled program learns to skip 
 random-search and mipro score their candidates on ``valset`` before the caps below are applied and are not
 topped up with labeled demonstrations: what they pick is what they measured, less any documents over the cap.
 
-After any of them ``cap_demos`` (``demos.py``) keeps at most ``max_demos`` demonstrations per predictor and
-``max_docs_per_demo`` documents per demonstration, the most relevant kept, last (DRAG's order); a program whose
+After any of them ``cap_demos`` (``demos.py``) keeps at most ``shots`` demonstrations per predictor and
+``docs_per_demo`` documents per demonstration, the most relevant kept, last (DRAG's order); a program whose
 class sets ``demo_documents = False`` (RAG) has its demonstrations' documents dropped.
 """
 
@@ -75,8 +75,8 @@ def _none(program: Method, trainset: list, **_: Any) -> Method:
     return program.reset_copy()
 
 
-def _labeled(program: Method, trainset: list, *, max_demos: int, max_docs_per_demo: int, seed: int, **_: Any) -> Method:
-    return LabeledWithDocuments(max_demos, max_docs_per_demo, seed).compile(program, trainset=trainset)
+def _labeled(program: Method, trainset: list, *, shots: int, docs_per_demo: int, seed: int, **_: Any) -> Method:
+    return LabeledWithDocuments(shots, docs_per_demo, seed).compile(program, trainset=trainset)
 
 
 def _bootstrap(
@@ -84,8 +84,8 @@ def _bootstrap(
     trainset: list,
     *,
     metric: Metric,
-    max_demos: int,
-    max_docs_per_demo: int,
+    shots: int,
+    docs_per_demo: int,
     seed: int,
     max_attempts: int | None,
     teacher_settings: dict,
@@ -93,12 +93,12 @@ def _bootstrap(
     **_: Any,
 ) -> Method:
     trainset = random.Random(seed).sample(trainset, len(trainset))
-    shown = trainset[:max_demos] if len(trainset) > max_demos else []  # shown to the teacher, not run on
+    shown = trainset[:shots] if len(trainset) > shots else []  # shown to the teacher, not run on
     attempted = trainset[len(shown) :]
-    teacher = _labeled(program, shown, max_demos=max_demos, max_docs_per_demo=max_docs_per_demo, seed=seed)
+    teacher = _labeled(program, shown, shots=shots, docs_per_demo=docs_per_demo, seed=seed)
     teleprompter = ThreadedBootstrapFewShot(
         metric=metric,
-        max_bootstrapped_demos=max_demos,
+        max_bootstrapped_demos=shots,
         max_labeled_demos=0,
         teacher_settings=teacher_settings,
         threads=threads,
@@ -106,9 +106,9 @@ def _bootstrap(
     compiled = teleprompter.compile(program, teacher=teacher, trainset=attempted[:max_attempts])
     shown = {demo.get("question") for predictor in compiled.predictors() for demo in predictor.demos}
     rest = [example for example in trainset if example.question not in shown]
-    labeled = _labeled(program, rest, max_demos=max_demos, max_docs_per_demo=max_docs_per_demo, seed=seed)
+    labeled = _labeled(program, rest, shots=shots, docs_per_demo=docs_per_demo, seed=seed)
     for mine, extra in zip(compiled.predictors(), labeled.predictors(), strict=True):
-        mine.demos = list(mine.demos) + extra.demos[: max(0, max_demos - len(mine.demos))]
+        mine.demos = list(mine.demos) + extra.demos[: max(0, shots - len(mine.demos))]
     return compiled
 
 
@@ -117,7 +117,7 @@ def _random_search(
     trainset: list,
     *,
     metric: Metric,
-    max_demos: int,
+    shots: int,
     valset: list | None,
     num_candidates: int,
     teacher_settings: dict,
@@ -127,7 +127,7 @@ def _random_search(
     teleprompter = dspy.BootstrapFewShotWithRandomSearch(
         metric=metric,
         teacher_settings=teacher_settings,
-        max_bootstrapped_demos=max_demos,
+        max_bootstrapped_demos=shots,
         max_labeled_demos=0,
         num_candidate_programs=num_candidates,
         num_threads=threads,
@@ -140,7 +140,7 @@ def _mipro(
     trainset: list,
     *,
     metric: Metric,
-    max_demos: int,
+    shots: int,
     seed: int,
     valset: list | None,
     teacher_settings: dict,
@@ -152,7 +152,7 @@ def _mipro(
     teleprompter = dspy.MIPROv2(
         metric=metric,
         auto="light",
-        max_bootstrapped_demos=max_demos,
+        max_bootstrapped_demos=shots,
         max_labeled_demos=0,
         num_threads=threads,
         seed=seed,
@@ -214,8 +214,8 @@ def compile_program(
     *,
     optimizer: str,
     metric: Metric,
-    max_demos: int,
-    max_docs_per_demo: int,
+    shots: int,
+    docs_per_demo: int,
     lm: dspy.LM | None = None,
     adapter: dspy.Adapter | None = None,
     seed: int = 0,
@@ -234,7 +234,7 @@ def compile_program(
         (otherwise ``dspy.settings``). ``valset`` scores candidates for random-search and mipro (default: the
         trainset, resp. a split of it); each costs one program run per example and candidate, so keep it small on a
         CPU. ``max_attempts`` caps the training examples ``bootstrap`` runs the program on (default: all of them,
-        until ``max_demos`` traces pass); ``threads`` is how many program runs a teleprompter makes at once (bootstrap's
+        until ``shots`` traces pass); ``threads`` is how many program runs a teleprompter makes at once (bootstrap's
     training examples, random-search's and mipro's candidate scoring, GEPA's evaluations). ``teacher_lm``
         runs the bootstrap family's teacher copy of the program (the student's demonstrations are its traces); the
         other teleprompters do not run a teacher and refuse one. ``reflection_lm`` and ``budget`` are GEPA's (see the
@@ -242,8 +242,8 @@ def compile_program(
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
-    if max_demos < 0 or max_docs_per_demo < 0:
-        raise ValueError(f"max_demos ({max_demos}) and max_docs_per_demo ({max_docs_per_demo}) must be >= 0")
+    if shots < 0 or docs_per_demo < 0:
+        raise ValueError(f"shots ({shots}) and docs_per_demo ({docs_per_demo}) must be >= 0")
     if teacher_lm is not None and optimizer not in TEACHER_OPTIMIZERS:
         raise ValueError(
             f"optimizer {optimizer!r} runs no teacher; a teacher LM needs one of: {', '.join(TEACHER_OPTIMIZERS)}"
@@ -256,8 +256,8 @@ def compile_program(
             list(trainset),
             metric=keeping_behaviour(metric, program),
             raw_metric=metric,
-            max_demos=max_demos,
-            max_docs_per_demo=max_docs_per_demo,
+            shots=shots,
+            docs_per_demo=docs_per_demo,
             seed=seed,
             teacher_settings={"lm": teacher_lm} if teacher_lm is not None else {},
             valset=list(valset) if valset is not None else None,
@@ -267,4 +267,4 @@ def compile_program(
             reflection_lm=reflection_lm,
             budget=budget,
         )
-    return cap_demos(compiled, max_demos, max_docs_per_demo)
+    return cap_demos(compiled, shots, docs_per_demo)

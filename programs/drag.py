@@ -8,7 +8,7 @@ most relevant last. Scaling k and m scales the effective context.
 In DSPy the test-time part is RAG's (one retriever call, one ``Predict(Answer)``); the demonstrations are what
 differs. ``demo_documents = True`` tells the compiler (``ragscale.optimizers.teleprompters``) to keep each
 demonstration's ``documents`` -- retrieved by this program's own retriever for labeled demos, or recorded in
-the trace for bootstrapped ones -- trimmed to ``max_docs_per_demo`` with the most relevant kept, last.
+the trace for bootstrapped ones -- trimmed to ``docs_per_demo`` with the most relevant kept, last.
 """
 
 from ragscale.programs.rag import RAG

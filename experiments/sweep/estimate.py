@@ -244,8 +244,8 @@ class ContextEstimator:
                     self.train,
                     optimizer="labeled",
                     metric=em_metric,
-                    max_demos=point.shots,
-                    max_docs_per_demo=per_demo,
+                    shots=point.shots,
+                    docs_per_demo=per_demo,
                     seed=self.seed,
                 )
             self._programs[point, docs_per_demo] = program

@@ -116,8 +116,8 @@ def test_a_program_compiled_earlier_is_reused_with_the_configs_k_instead_of_comp
         train,
         optimizer="labeled",
         metric=em_metric,
-        max_demos=3,
-        max_docs_per_demo=1,
+        shots=3,
+        docs_per_demo=1,
         lm=lm,
         adapter=dspy.ChatAdapter(),
     )

@@ -22,11 +22,11 @@ def test_bootstrap_with_threads_keeps_the_traces_the_sequential_loop_keeps():
             examples(8),
             optimizer="bootstrap",
             metric=em_metric,
-            max_demos=2,
+            shots=2,
             lm=lm,
             adapter=dspy.ChatAdapter(),
             threads=threads,
-            max_docs_per_demo=5,
+            docs_per_demo=5,
         )
         return [d.question for d in compiled.answer.demos if d.get("augmented")]
 

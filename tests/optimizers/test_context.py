@@ -34,9 +34,7 @@ def test_context_check_counts_demos_and_iterdrag_gathered_documents():
         program, None, question="Where?", document="Title: " + "word " * 100, count_tokens=words, context_window=10_000
     )
     assert estimates["synthesize"] > estimates["answer_sub"] + 3 * 2 * 100
-    compiled = compile_program(
-        program, examples(), optimizer="labeled", metric=em_metric, max_docs_per_demo=5, max_demos=2
-    )
+    compiled = compile_program(program, examples(), optimizer="labeled", metric=em_metric, docs_per_demo=5, shots=2)
     with_demos = check_fits_context(
         compiled, None, question="Where?", document="Title: " + "word " * 100, count_tokens=words, context_window=10_000
     )
@@ -51,8 +49,8 @@ def test_context_check_before_compiling_counts_stand_in_demos_with_their_documen
         )
 
     bare = estimate(DRAG(FixedRetriever(), k=2))
-    planned = estimate(DRAG(FixedRetriever(), k=2), max_demos=3, max_docs_per_demo=2)
-    without_documents = estimate(RAG(FixedRetriever(), k=2), max_demos=3, max_docs_per_demo=2)
+    planned = estimate(DRAG(FixedRetriever(), k=2), shots=3, docs_per_demo=2)
+    without_documents = estimate(RAG(FixedRetriever(), k=2), shots=3, docs_per_demo=2)
     assert planned["answer"] > bare["answer"] + 3 * 2 * 100
     assert bare["answer"] < without_documents["answer"] < bare["answer"] + 3 * 100
 

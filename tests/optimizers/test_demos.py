@@ -17,8 +17,8 @@ def test_labeled_drag_demos_carry_their_documents_most_relevant_last_and_capped(
         examples(),
         optimizer="labeled",
         metric=em_metric,
-        max_demos=2,
-        max_docs_per_demo=2,
+        shots=2,
+        docs_per_demo=2,
     )
     assert len(compiled.answer.demos) == 2
     for demo in compiled.answer.demos:
@@ -29,7 +29,7 @@ def test_labeled_drag_demos_carry_their_documents_most_relevant_last_and_capped(
 def test_labeled_rag_demos_are_question_answer_pairs_without_documents():
     retriever = FixedRetriever()
     compiled = compile_program(
-        RAG(retriever, k=3), examples(), optimizer="labeled", metric=em_metric, max_docs_per_demo=5, max_demos=3
+        RAG(retriever, k=3), examples(), optimizer="labeled", metric=em_metric, docs_per_demo=5, shots=3
     )
     assert len(compiled.answer.demos) == 3
     assert all("documents" not in demo and demo.answer.startswith("City") for demo in compiled.answer.demos)
@@ -38,13 +38,13 @@ def test_labeled_rag_demos_are_question_answer_pairs_without_documents():
 
 def test_labeled_closed_book_demos_are_question_answer_pairs():
     compiled = compile_program(
-        ClosedBook(), examples(), optimizer="labeled", metric=em_metric, max_docs_per_demo=5, max_demos=2
+        ClosedBook(), examples(), optimizer="labeled", metric=em_metric, docs_per_demo=5, shots=2
     )
     assert [set(demo.keys()) for demo in compiled.answer.demos] == [{"question", "answer"}] * 2
 
 
 def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them():
-    compiled = LabeledWithDocuments(max_demos=4, max_docs_per_demo=1).compile(
+    compiled = LabeledWithDocuments(shots=4, docs_per_demo=1).compile(
         IterDRAG(FixedRetriever(), k=2, max_iterations=3), trainset=[musique_example()]
     )
     steps = [(d.follow_ups, d.follow_up) for d in compiled.decompose.demos]
@@ -66,8 +66,8 @@ def test_labeled_iterdrag_without_decompositions_teaches_only_the_final_answer()
         examples(),
         optimizer="labeled",
         metric=em_metric,
-        max_demos=2,
-        max_docs_per_demo=5,
+        shots=2,
+        docs_per_demo=5,
     )
     assert compiled.decompose.demos == [] and compiled.answer_sub.demos == []
     assert len(compiled.synthesize.demos) == 2
@@ -77,7 +77,7 @@ def test_labeled_final_answers_of_decomposition_and_rat_show_their_unlabeled_lis
     from ragscale.programs import PROGRAMS
 
     recursive, rat = (
-        LabeledWithDocuments(max_demos=2, max_docs_per_demo=5).compile(
+        LabeledWithDocuments(shots=2, docs_per_demo=5).compile(
             PROGRAMS[name](FixedRetriever(), k=3), trainset=examples()
         )
         for name in ("decompose-recursive", "rat")
@@ -92,7 +92,7 @@ def test_labeled_final_answers_of_decomposition_and_rat_show_their_unlabeled_lis
 def test_cap_demos_keeps_the_last_documents_and_the_first_demos():
     program = DRAG(FixedRetriever(), k=5)
     program.answer.demos = [dspy.Example(question=f"q{i}", documents=["d1", "d2", "d3"], answer="a") for i in range(3)]
-    cap_demos(program, max_demos=2, max_docs_per_demo=1)
+    cap_demos(program, shots=2, docs_per_demo=1)
     assert [(d.question, d.documents) for d in program.answer.demos] == [("q0", ["d3"]), ("q1", ["d3"])]
 
 
@@ -104,7 +104,7 @@ def test_labeled_drag_on_hotpotqa_with_bm25_puts_each_demo_questions_best_passag
     train = load_split("hotpotqa", "train", shared_datasets)[:6]
     retriever = BM25Retriever(build_corpus(train))
     compiled = compile_program(
-        DRAG(retriever, k=4), train, optimizer="labeled", metric=em_metric, max_demos=3, max_docs_per_demo=2
+        DRAG(retriever, k=4), train, optimizer="labeled", metric=em_metric, shots=3, docs_per_demo=2
     )
     assert len(compiled.answer.demos) == 3
     for demo in compiled.answer.demos:

@@ -40,7 +40,7 @@ def test_grade_match_is_one_only_for_the_label():
 
 def test_labeled_crag_graders_get_label_demos_and_other_predictors_keep_theirs():
     program = CRAG(no_retrieval, k=2)
-    compile_graders(program, load_jsonl(FIXTURE), optimizer="labeled", max_demos=4)
+    compile_graders(program, load_jsonl(FIXTURE), optimizer="labeled", shots=4)
     (grader,) = graders(program)
     assert grader is program.grade and len(grader.demos) == 4
     assert sorted(d.grade for d in grader.demos) == ["irrelevant", "irrelevant", "relevant", "relevant"]
@@ -53,7 +53,7 @@ def test_bootstrapped_graders_keep_traces_that_match_the_label_and_a_missing_lab
     lm = DummyLM([{"grade": "relevant"}] * 50)  # right on the supporting paragraphs, wrong on the others
     program = CRAG(no_retrieval, k=2)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        compile_graders(program, load_jsonl(FIXTURE)[:4], optimizer="bootstrap", max_demos=4)
+        compile_graders(program, load_jsonl(FIXTURE)[:4], optimizer="bootstrap", shots=4)
     demos = program.grade.demos
     assert [d.grade for d in demos] == ["relevant", "irrelevant", "relevant", "irrelevant"]
     assert [bool(d.get("augmented")) for d in demos] == [True, False, True, False]  # traces, then labels
@@ -74,7 +74,7 @@ def test_demonstrations_take_the_labels_in_turns_learned_ones_first():
 
 def test_none_leaves_the_graders_untrained():
     program = CRAG(no_retrieval, k=2)
-    compile_graders(program, load_jsonl(FIXTURE), optimizer="none", max_demos=4)
+    compile_graders(program, load_jsonl(FIXTURE), optimizer="none", shots=4)
     assert program.grade.demos == []
 
 
@@ -86,7 +86,7 @@ def test_calibrated_graders_learn_the_prior_of_their_compiled_prompt_on_the_lm_t
         program,
         load_jsonl(FIXTURE),
         optimizer="labeled",
-        max_demos=4,
+        shots=4,
         calibrate=True,
         lm=lm,
         adapter=make_adapter("field"),
@@ -95,7 +95,7 @@ def test_calibrated_graders_learn_the_prior_of_their_compiled_prompt_on_the_lm_t
     assert len(engine.prompts) == 3  # one call per content-free input, each with the four demonstrations
     assert all(demo.document in prompt for prompt in engine.prompts for demo in program.grade.demos)
     uncalibrated = CRAG(no_retrieval, k=2)
-    compile_graders(uncalibrated, load_jsonl(FIXTURE), optimizer="labeled", max_demos=4, lm=lm)
+    compile_graders(uncalibrated, load_jsonl(FIXTURE), optimizer="labeled", shots=4, lm=lm)
     assert uncalibrated.grade.calibration is None
 
 
@@ -103,5 +103,5 @@ def test_calibrating_graders_on_an_lm_without_option_scores_fails_naming_it():
     lm = DummyLM([{"grade": "relevant"}] * 10)
     with pytest.raises(ValueError, match="returned no scores"):
         compile_graders(
-            CRAG(no_retrieval, k=2), load_jsonl(FIXTURE), optimizer="labeled", max_demos=4, calibrate=True, lm=lm
+            CRAG(no_retrieval, k=2), load_jsonl(FIXTURE), optimizer="labeled", shots=4, calibrate=True, lm=lm
         )

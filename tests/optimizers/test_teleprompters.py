@@ -31,8 +31,8 @@ def test_an_unknown_optimizer_fails_listing_the_valid_ones():
             examples(),
             optimizer="magic",
             metric=em_metric,
-            max_demos=2,
-            max_docs_per_demo=5,
+            shots=2,
+            docs_per_demo=5,
         )
     for name in ("none", "labeled", "bootstrap", "random-search", "mipro", "gepa"):
         assert name in str(error.value)
@@ -46,8 +46,8 @@ def test_bootstrap_compiles_drag_with_traces_holding_their_documents():
         examples(),
         optimizer="bootstrap",
         metric=em_metric,
-        max_demos=2,
-        max_docs_per_demo=2,
+        shots=2,
+        docs_per_demo=2,
         lm=answering(right=True),
         adapter=dspy.ChatAdapter(),
     )
@@ -63,8 +63,8 @@ def test_bootstrap_tops_up_with_labeled_demos_when_no_trace_passes_the_metric():
         examples(),
         optimizer="bootstrap",
         metric=em_metric,
-        max_demos=2,
-        max_docs_per_demo=1,
+        shots=2,
+        docs_per_demo=1,
         lm=answering(right=False),
         adapter=dspy.ChatAdapter(),
     )
@@ -82,11 +82,11 @@ def test_bootstrap_runs_the_program_on_at_most_max_attempts_examples():
         examples(),
         optimizer="bootstrap",
         metric=em_metric,
-        max_demos=2,
+        shots=2,
         lm=lm,
         adapter=dspy.ChatAdapter(),
         max_attempts=3,
-        max_docs_per_demo=5,
+        docs_per_demo=5,
     )
     assert len(lm.history) == 3
 
@@ -96,10 +96,10 @@ def test_the_bootstrap_teacher_is_shown_labeled_demonstrations_of_examples_it_is
 
     lm = answering(right=True)
     compiled = compile_program(
-        RAG(FixedRetriever(), k=1), examples(), optimizer="bootstrap", metric=em_metric, max_demos=2, lm=lm,
-        adapter=dspy.ChatAdapter(), max_docs_per_demo=5,
+        RAG(FixedRetriever(), k=1), examples(), optimizer="bootstrap", metric=em_metric, shots=2, lm=lm,
+        adapter=dspy.ChatAdapter(), docs_per_demo=5,
     )  # fmt: skip
-    shown = [ex.question for ex in random.Random(0).sample(examples(), 5)[:2]]  # the first max_demos, shuffled
+    shown = [ex.question for ex in random.Random(0).sample(examples(), 5)[:2]]  # the first shots, shuffled
     for call in lm.history:
         earlier, asked = call["messages"][:-1], call["messages"][-1]["content"]
         assert all(q in " ".join(m["content"] for m in earlier) for q in shown)
@@ -113,8 +113,8 @@ def test_bootstrap_compiles_iterdrag():
         examples(),
         optimizer="bootstrap",
         metric=em_metric,
-        max_demos=2,
-        max_docs_per_demo=1,
+        shots=2,
+        docs_per_demo=1,
         lm=answering(right=True),
         adapter=dspy.ChatAdapter(),
     )
@@ -152,8 +152,8 @@ def test_random_search_picks_a_bootstrapped_candidate_and_caps_its_demos_and_doc
         examples(4),
         optimizer="random-search",
         metric=em_metric,
-        max_demos=2,
-        max_docs_per_demo=1,
+        shots=2,
+        docs_per_demo=1,
         lm=student,
         adapter=dspy.ChatAdapter(),
         num_candidates=1,
@@ -168,7 +168,7 @@ def test_random_search_picks_a_bootstrapped_candidate_and_caps_its_demos_and_doc
 def test_a_saved_program_reloads_to_the_same_demos_and_predictions(tmp_path):
     retriever = FixedRetriever()
     compiled = compile_program(
-        DRAG(retriever, k=2), examples(), optimizer="labeled", metric=em_metric, max_demos=2, max_docs_per_demo=5
+        DRAG(retriever, k=2), examples(), optimizer="labeled", metric=em_metric, shots=2, docs_per_demo=5
     )
     path = tmp_path / "drag.json"
     compiled.save(str(path), save_program=False)
@@ -190,8 +190,8 @@ def test_mipro_light_compiles_drag_with_proposed_instructions_and_bootstrapped_d
         examples(6),
         optimizer="mipro",
         metric=em_metric,
-        max_demos=2,
-        max_docs_per_demo=1,
+        shots=2,
+        docs_per_demo=1,
         lm=lm,
         adapter=dspy.ChatAdapter(),
         valset=examples(6),  # scored on the questions the demonstrations show, so a few-shot set wins
@@ -217,9 +217,9 @@ def test_mipro_without_optuna_fails_before_any_work_with_an_install_hint(monkeyp
             examples(),
             optimizer="mipro",
             metric=em_metric,
-            max_demos=2,
+            shots=2,
             lm=lm,
-            max_docs_per_demo=5,
+            docs_per_demo=5,
         )
     assert lm.history == []
 
@@ -269,11 +269,11 @@ def test_the_teacher_lm_writes_the_demonstrations_and_the_student_lm_answers_at_
         examples(),
         optimizer="bootstrap",
         metric=em_metric,
-        max_demos=2,
+        shots=2,
         lm=student,
         adapter=dspy.ChatAdapter(),
         teacher_lm=teacher,
-        max_docs_per_demo=5,
+        docs_per_demo=5,
     )
     assert student.history == [] and teacher.history  # compiling ran the teacher only
     assert len(compiled.answer.demos) == 2 and all(d.get("augmented") for d in compiled.answer.demos)
@@ -291,8 +291,8 @@ def test_a_teacher_needs_a_teleprompter_that_runs_one():
             optimizer="labeled",
             metric=em_metric,
             teacher_lm=answering(),
-            max_demos=4,
-            max_docs_per_demo=5,
+            shots=4,
+            docs_per_demo=5,
         )
 
 
@@ -317,7 +317,7 @@ def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_wh
     reflection = DummyLM([{"new_instruction": proposed}] * 20, adapter=dspy.JSONAdapter())  # GEPA asks for JSON
     compiled = compile_program(program, train, optimizer="gepa", metric=em_metric, lm=answering(right=False),
                                adapter=dspy.ChatAdapter(), budget="12", teacher_lm=reflection,
-                               max_demos=4, max_docs_per_demo=5)  # fmt: skip
+                               shots=4, docs_per_demo=5)  # fmt: skip
     used = compiled.detailed_results.total_metric_calls
     assert 0 < used <= 12 + len(train)  # checked between iterations: at most one minibatch and one evaluation over
     assert calls and reflection.history  # the feedback metric scored, the reflection LM proposed

@@ -83,7 +83,7 @@ def bootstrap(method: str, retriever: OverlapRetriever) -> dspy.Module:
     build, outputs, _ = HAPPY_PATHS[method]
     lm = DummyLM(outputs)
     return compile_program(
-        build(retriever), TRAINSET, optimizer="bootstrap", metric=em_metric, max_demos=1, max_docs_per_demo=2, lm=lm
+        build(retriever), TRAINSET, optimizer="bootstrap", metric=em_metric, shots=1, docs_per_demo=2, lm=lm
     )
 
 
@@ -121,9 +121,7 @@ def test_labeled_demonstrations_of_the_final_answer_carry_documents_retrieved_fo
 
     retriever = OverlapRetriever()
     program = HAPPY_PATHS[method][0](retriever)
-    compiled = compile_program(
-        program, TRAINSET, optimizer="labeled", metric=em_metric, max_demos=1, max_docs_per_demo=5
-    )
+    compiled = compile_program(program, TRAINSET, optimizer="labeled", metric=em_metric, shots=1, docs_per_demo=5)
     for name, predictor in compiled.named_predictors():
         if predictor.signature.__name__ in ("Answer", "Synthesize"):
             assert [demo.answer for demo in predictor.demos] == ["Denver"], name

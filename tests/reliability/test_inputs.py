@@ -335,7 +335,7 @@ def test_a_retrieving_method_over_a_dataset_without_passages_is_refused(shared_d
     [
         (RAG(FixedRetriever(), k=10**9), {}),
         (IterDRAG(FixedRetriever(), k=5, max_iterations=10**8), {}),
-        (RAG(FixedRetriever(), k=5), {"max_demos": 10**9, "max_docs_per_demo": 10**9}),
+        (RAG(FixedRetriever(), k=5), {"shots": 10**9, "docs_per_demo": 10**9}),
     ],
 )
 def test_the_context_check_refuses_a_huge_prompt_without_building_it(program, demos):
