@@ -1,9 +1,11 @@
 """How an answer is scored: SQuAD-normalised exact match, token F1 and accuracy, and retrieval recall.
 
-The answer metrics are those of Yue et al. 2024 (arXiv:2410.04343): EM and F1 as in SQuAD (Rajpurkar et al.
-2016, the official evaluation script's normalisation: lower case, no punctuation, no articles a/an/the, single
-spaces), and Acc, whether a gold answer is contained in the prediction. Each is the maximum over the gold
-aliases. ``em_metric``, ``f1_metric`` and ``acc_metric`` wrap them as DSPy metrics ``(example, pred, trace)``.
+The answer metrics are those of Yue et al. 2024 (arXiv:2410.04343): EM and F1 as in SQuAD (Rajpurkar et al. 2016, the
+official evaluation script's normalisation: lower case, no punctuation, no articles a/an/the, single spaces), F1 with
+HotpotQA's official rule for its closed answers (``hotpot_evaluate_v1.py``: a prediction or a gold answer that is "yes",
+"no" or "noanswer" scores 0 unless the two are equal, where token overlap would give "yes it is" partial credit against
+"yes"), and Acc, whether a gold answer is contained in the prediction. Each is the maximum over the gold aliases.
+``em_metric``, ``f1_metric`` and ``acc_metric`` wrap them as DSPy metrics ``(example, pred, trace)``.
 """
 
 import re
@@ -13,6 +15,8 @@ from collections.abc import Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
+CLOSED_ANSWERS = ("yes", "no", "noanswer")
+"""Normalised answers that HotpotQA's official F1 scores all or nothing."""
 
 
 def normalize_answer(text: str | None) -> str:
@@ -27,7 +31,11 @@ def exact_match(pred: str | None, answers: Sequence[str]) -> float:
     return float(any(guess == normalize_answer(gold) for gold in answers))
 
 
-def _f1(guess_tokens: list[str], gold_tokens: list[str]) -> float:
+def _f1(guess: str, gold: str) -> float:
+    """HotpotQA's official F1 of two normalised answers."""
+    if guess != gold and (guess in CLOSED_ANSWERS or gold in CLOSED_ANSWERS):
+        return 0.0
+    guess_tokens, gold_tokens = guess.split(), gold.split()
     common = sum((Counter(guess_tokens) & Counter(gold_tokens)).values())
     if common == 0:
         return 0.0
@@ -36,9 +44,10 @@ def _f1(guess_tokens: list[str], gold_tokens: list[str]) -> float:
 
 
 def f1(pred: str | None, answers: Sequence[str]) -> float:
-    """SQuAD token F1 between the normalised prediction and the best-matching gold alias."""
-    guess = normalize_answer(pred).split()
-    return max((_f1(guess, normalize_answer(gold).split()) for gold in answers), default=0.0)
+    """Token F1 between the normalised prediction and the best-matching gold alias (HotpotQA's official rule: see
+    the module docstring)."""
+    guess = normalize_answer(pred)
+    return max((_f1(guess, normalize_answer(gold)) for gold in answers), default=0.0)
 
 
 def accuracy(pred: str | None, answers: Sequence[str]) -> float:

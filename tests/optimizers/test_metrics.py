@@ -43,6 +43,27 @@ def test_f1_counts_shared_tokens_after_normalisation():
     assert f1("Barack Obama", ["the President Barack Obama"]) == pytest.approx(0.8)
 
 
+@pytest.mark.parametrize(
+    ("prediction", "gold", "score"),
+    [
+        ("yes", "yes", 1.0),
+        ("Yes.", "yes", 1.0),  # normalised first: the same closed answer
+        ("yes", "no", 0.0),
+        ("yes it is", "yes", 0.0),  # SQuAD's overlap would give 2/3
+        ("no", "no way", 0.0),  # a closed prediction against an open gold answer
+        ("noanswer", "noanswer", 1.0),
+        ("the Yes Men", "Yes Men", 1.0),  # "yes men" is not a closed answer
+        ("yes men", "Yes Men band", 0.8),  # nor is it when the two differ: token overlap, P 1, R 2/3
+        ("Paris, France", "Paris", 2 / 3),
+        ("", "yes", 0.0),
+    ],
+)
+def test_f1_follows_hotpotqas_official_rule_for_yes_no_and_noanswer(prediction, gold, score):
+    """The cases of ``f1_score`` in HotpotQA's ``hotpot_evaluate_v1.py``: a closed answer on either side scores all
+    or nothing, any other pair by token overlap after normalisation."""
+    assert f1(prediction, [gold]) == pytest.approx(score)
+
+
 def test_f1_is_the_maximum_over_aliases():
     assert f1("Obama", ["George Bush", "Barack Obama"]) == pytest.approx(2 / 3)
 
