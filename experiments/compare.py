@@ -2,7 +2,9 @@
 
 Each run's per-question EM and F1 (from its `predictions.jsonl` artifact) are paired with the baseline's by
 question id; the CI is the percentile interval of the mean difference over `resamples` resamples of the paired
-questions, drawn with a seeded generator (the same runs give the same table). Differences are in percentage
+questions, drawn with a seeded generator (the same runs give the same table). A table is one family: its EM
+differences, EM being the primary metric, have their p-values adjusted together (``family``: Holm), and only those
+are marked as real; F1 is shown beside them and decides nothing. Differences are in percentage
 points. The baseline is a given run (`--baseline RUN`: an id, a unique id prefix or a run name) or, per dataset,
 the latest closed-book run with the same LM (else any LM), else the dataset's first run. Each row also shows the
 method's defining behaviour (``behaviour.<name>`` metrics: IterDRAG's follow-ups, Self-RAG's retrieval rate, ...)
@@ -21,10 +23,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments import family
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
 from ragscale.experiments.provenance import PREFIX, differing
 
@@ -33,12 +36,16 @@ RESAMPLES = 2000
 
 @dataclass(frozen=True)
 class BootstrapCI:
-    """Mean paired difference (a - b) and its percentile CI, in the units of the inputs, over `n` pairs."""
+    """Mean paired difference (a - b) and its percentile CI, in the units of the inputs, over `n` pairs; `p` the
+    two-sided bootstrap p-value of no difference, `p_adjusted` the same adjusted within its family
+    (``family.adjust``), None until it is."""
 
     diff: float
     low: float
     high: float
     n: int
+    p: float = 1.0
+    p_adjusted: float | None = None
 
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
@@ -52,7 +59,9 @@ def paired_bootstrap(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> BootstrapCI | None:
-    """Paired bootstrap CI of mean(a[i] - b[i]) over the ids both hold; None when they share no id."""
+    """Paired bootstrap CI of mean(a[i] - b[i]) over the ids both hold, and its two-sided p-value: the share of the
+    resampled means on the far side of 0 from the observed one, doubled (``(k + 1) / (resamples + 1)``, so never 0);
+    1 when every pair ties. None when they share no id."""
     import numpy as np
 
     if resamples < 1:
@@ -70,7 +79,9 @@ def paired_bootstrap(
         means[lo:hi] = diffs[rng.integers(0, n, size=(hi - lo, n))].mean(axis=1)
     alpha = (1 - confidence) / 2
     low, high = np.quantile(means, [alpha, 1 - alpha])
-    return BootstrapCI(diff=float(diffs.mean()), low=float(low), high=float(high), n=n)
+    far = min(int((means <= 0).sum()), int((means >= 0).sum()))
+    p = 1.0 if not diffs.any() else min(1.0, 2 * (far + 1) / (resamples + 1))
+    return BootstrapCI(diff=float(diffs.mean()), low=float(low), high=float(high), n=n, p=p)
 
 
 @dataclass
@@ -249,6 +260,8 @@ def compare_runs(
                 else paired_bootstrap(run.f1, base.f1, resamples=resamples, seed=seed),
             }
         )
+    for row, ci in zip(rows, family.adjust([row["em_diff"] for row in rows]), strict=True):
+        row["em_diff"] = ci  # the table is one family; EM, its primary metric, decides (family.RULE)
     return rows
 
 
@@ -259,18 +272,21 @@ def format_corpus(name: str, sha256: str) -> str:
     return f"{Path(name).stem if '/' in name else name} ({sha256[:8]})"
 
 
-def format_ci(ci: BootstrapCI | None, is_base: bool = False) -> str:
-    """A difference with its 95% CI, ``*`` when the CI excludes 0 (as the comparison tables show it)."""
+def format_ci(ci: BootstrapCI | None, is_base: bool = False, *, mark: bool = True) -> str:
+    """A difference with its 95% CI and, with ``mark``, ``*`` when it is called real: its family-adjusted p below
+    ``family.ALPHA`` when it has one, else its CI excluding 0."""
     if is_base:
         return "baseline"
     if ci is None:
         return "n/a (no shared questions, or another corpus)"
-    mark = " *" if ci.excludes_zero() else ""
+    real = ci.p_adjusted < family.ALPHA if ci.p_adjusted is not None else ci.excludes_zero()
+    mark = " *" if mark and real else ""
     return f"{ci.diff:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]{mark}"
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """A markdown table of `compare_runs` rows; `*` marks a 95% CI that excludes 0."""
+    """A markdown table of `compare_runs` rows; `*` marks an EM difference called real within the table
+    (``family.RULE``); F1 is shown beside it, never marked."""
     header = [
         "run",
         "method",
@@ -302,7 +318,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
             f"{row['em']:.1f}",
             f"{row['f1']:.1f}",
             format_ci(row["em_diff"], row["is_baseline"]),
-            format_ci(row["f1_diff"], row["is_baseline"]),
+            format_ci(row["f1_diff"], row["is_baseline"], mark=False),
             "" if tokens is None else f"{tokens:.0f}",
             format_behaviour(row["behaviour"]),
         ]
@@ -317,7 +333,8 @@ def format_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     import io
 
     columns = ["run_id", "method", "optimizer", "dataset", "lm", "corpus", "corpus_sha256", "n", "failed", "status",
-               "em", "f1", "em_diff", "em_low", "em_high", "f1_diff", "f1_low", "f1_high", EFFECTIVE_CONTEXT,
+               "em", "f1", "em_diff", "em_low", "em_high", "em_p", "em_p_adjusted", "f1_diff", "f1_low", "f1_high",
+               EFFECTIVE_CONTEXT,
                "behaviour", "baseline_run_id"]  # fmt: skip
     out = io.StringIO()
     writer = csv.DictWriter(out, columns, lineterminator="\n")
@@ -329,6 +346,9 @@ def format_csv(rows: Sequence[Mapping[str, Any]]) -> str:
             line.update(
                 {f"{score}_diff": ci.get("diff"), f"{score}_low": ci.get("low"), f"{score}_high": ci.get("high")}
             )
+        line.update(
+            {"em_p": (row["em_diff"] or {}).get("p"), "em_p_adjusted": (row["em_diff"] or {}).get("p_adjusted")}
+        )
         line["behaviour"] = json.dumps(row["behaviour"])
         writer.writerow(line)
     return out.getvalue()
@@ -347,6 +367,6 @@ def rows_to_json(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         item = dict(row)
         for key in ("em_diff", "f1_diff"):
             ci = row[key]
-            item[key] = None if ci is None else {"diff": ci.diff, "low": ci.low, "high": ci.high, "n": ci.n}
+            item[key] = None if ci is None else asdict(ci)
         out.append(item)
     return out

@@ -186,7 +186,7 @@ def add_compare(subparsers) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ragscale.experiments import tracking
+    from ragscale.experiments import family, tracking
     from ragscale.experiments.chart import plot
     from ragscale.experiments.compare import (
         compare_runs,
@@ -216,7 +216,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from exc
     notes = [
         f"d = run - baseline in points; paired bootstrap over shared question ids, {args.resamples} resamples; "
-        "* = 95% CI excludes 0",
+        f"* = an EM difference called real, {family.RULE}; F1 is secondary, never marked",
         provenance_note(rows),
     ]
     table = "\n\n".join([format_table(rows), *[note for note in notes if note]])
