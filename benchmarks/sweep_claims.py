@@ -2,10 +2,10 @@
 
     python benchmarks/sweep_claims.py FOLDER [FOLDER ...]
 
-A FOLDER is a sweep's folder (``runs/sweeps/<dataset>-<lm>/``) or a copy of its ``results.json``, ``scores.json``
-and ``allocation.json`` (``benchmarks/results/sweep-*/``). Each claim's paired CIs are computed again from each
-question's Acc in ``scores.json`` (``ragscale.experiments.sweep.scores.recheck``), with no model, MLflow store or
-run folder; the claims table is printed, and the exit code is 1 when a folder's claims differ from the ones its
+A FOLDER is a sweep's folder (``runs/sweeps/<dataset>-<lm>/``) or a copy of its ``results.json``, ``scores.json`` and
+``allocation.json`` (``benchmarks/results/sweep-*/``). Each claim's paired CIs are computed again from each question's
+EM in ``scores.json`` (``ragscale.experiments.sweep.scores.recheck``, adjusted as one family), with no model, MLflow
+store or run folder; the claims table is printed, and the exit code is 1 when a folder's claims differ from the ones its
 ``results.json`` holds.
 """
 

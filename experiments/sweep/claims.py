@@ -14,20 +14,25 @@ and retrieval beating closed-book underlies them all. Beside them, the oracle ro
 question's gold paragraphs, or all of them) say what bounds the reader: the gold paragraphs against the grid's best
 at its largest budget (retrieval), and all paragraphs against the gold ones (distractors).
 
-Differences are paired over the questions on per-question Acc (the sweep's target) with
-``compare.paired_bootstrap``. A verdict is ``held`` when the CIs exclude 0 in the claim's direction:
+The claims table is one family (``family``): its primary metric, named in advance, is EM (Acc and F1 are shown in
+the rows and decide nothing). Differences are paired over the questions on per-question EM with
+``compare.paired_bootstrap``, and every comparison in the table has its p-value adjusted with the others by Holm's
+rule (``family.RULE``); a difference is called real, in its direction, when its adjusted p is below
+``family.ALPHA``. Each claim names in advance the comparison that decides it; the others are shown beside it:
 
-- scaling: the best at the largest budget above the best at the smallest, and a new best at every budget step that
-  admits new configurations (the steps themselves are point estimates; a step past the grid's largest effective
-  context admits none and is not counted);
-- DRAG then IterDRAG: IterDRAG's best above DRAG's at the largest budget, and below it at the smallest (or not
-  fitting there);
-- iterations, DRAG's demonstrations: at every documents-and-shots setting; retrieval: at one k at least;
+- scaling: the best at the largest budget against the best at the smallest, with a new best at every budget step
+  that admits new configurations (the steps themselves are point estimates; a step past the grid's largest
+  effective context admits none and is not counted);
+- DRAG then IterDRAG: IterDRAG's best against DRAG's at the largest budget, and at the smallest (or DRAG fitting
+  alone there);
+- iterations, DRAG's demonstrations: at the largest documents and shots where both rows ran; retrieval: RAG with
+  the grid's largest documents and no shot against closed-book;
 - allocation: R² and every pick reach ``ALLOCATION_R2`` and ``ALLOCATION_PICK``.
 
-It is ``not held`` when a CI excludes 0 against the claim, when the best stays the same configuration over the last
-``FLAT_STEPS`` counted budget steps or more, or when the allocation thresholds are missed; ``not shown`` otherwise.
-The per-budget best is chosen on the questions it is scored on, so the CIs that involve it lean in its favour.
+A claim is ``held`` when its deciding difference is real in the claim's direction, ``not held`` when it is real
+against it, when the best stays the same configuration over the last ``FLAT_STEPS`` counted budget steps or more,
+or when the allocation thresholds are missed; ``not shown`` otherwise. The per-budget best is chosen on the
+questions it is scored on, so the comparisons that involve it lean in its favour.
 
 One concept in one file: a finished sweep's rows and per-question scores, turned into the paper's claims, checked.
 """
@@ -39,6 +44,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ragscale.experiments import family
 from ragscale.experiments.compare import BootstrapCI, format_ci, paired_bootstrap
 from ragscale.experiments.sweep.grid import BASELINE, format_size
 from ragscale.experiments.sweep.report import best_within
@@ -48,7 +54,7 @@ ALLOCATION_R2 = 0.9  # the paper's fit reaches 0.903
 ALLOCATION_PICK = 95.0  # "within a few percent": every pick reaches this % of the grid's best at its budget
 FLAT_STEPS = 2  # the per-budget best unchanged over this many budget steps at the top: the curve has saturated
 
-Scores = Callable[[str], Mapping[str, float] | None]  # run id -> per-question Acc in percent; None: unreadable
+Scores = Callable[[str], Mapping[str, float] | None]  # run id -> per-question EM in percent; None: unreadable
 
 
 def label(row: Row) -> str:
@@ -56,10 +62,16 @@ def label(row: Row) -> str:
 
 
 class Pairs:
-    """Paired comparisons of sweep rows with their CIs, each run's per-question scores read once."""
+    """Paired comparisons of sweep rows with their CIs, each run's per-question scores read once and each pair's CI
+    made once; ``adjust`` then sets every CI's family-adjusted p, which the CIs handed out after it carry."""
 
     def __init__(self, scores: Scores, seed: int):
         self.scores, self.seed, self.read = scores, seed, {}
+        self.made: dict[tuple[str, str], BootstrapCI | None] = {}
+
+    def adjust(self) -> None:
+        keys = list(self.made)
+        self.made.update(zip(keys, family.adjust([self.made[k] for k in keys]), strict=True))
 
     def of(self, row: Row) -> Mapping[str, float] | None:
         if row.run_id not in self.read:
@@ -67,26 +79,39 @@ class Pairs:
         return self.read[row.run_id]
 
     def ci(self, a: Row, b: Row) -> BootstrapCI | None:
-        sa, sb = self.of(a), self.of(b)
-        return None if sa is None or sb is None else paired_bootstrap(sa, sb, seed=self.seed)
+        if (a.run_id, b.run_id) not in self.made:
+            sa, sb = self.of(a), self.of(b)
+            self.made[a.run_id, b.run_id] = (
+                None if sa is None or sb is None else paired_bootstrap(sa, sb, seed=self.seed)
+            )
+        return self.made[a.run_id, b.run_id]
 
     def pair(self, a: Row, b: Row, **extra: Any) -> dict[str, Any]:
         ci = self.ci(a, b)
         return {
-            "a": label(a), "b": label(b), "a_acc": a.acc, "b_acc": b.acc,
+            "a": label(a), "b": label(b), "a_em": a.em, "b_em": b.em,
             "a_tokens": a.effective_context(), "b_tokens": b.effective_context(),
             "ci": ci, "text": format_ci(ci) if self.of(a) and self.of(b) else "n/a (no per-question scores)",
             **extra,
         }  # fmt: skip
 
 
+def _real(ci: BootstrapCI | None) -> int:
+    """+1 or -1 when the difference is called real upward or downward (its family-adjusted p below ``family.ALPHA``,
+    or its CI excluding 0 before the family is adjusted), 0 when it is not, or unknown."""
+    if ci is None:
+        return 0
+    real = ci.p_adjusted < family.ALPHA if ci.p_adjusted is not None else ci.excludes_zero()
+    return (1 if ci.diff > 0 else -1) if real else 0
+
+
 def _verdict(cis: Sequence[BootstrapCI | None], *, every: bool) -> str:
-    """held when the CIs exclude 0 upward (every one, or any one), not held when one excludes it downward."""
-    known = [c for c in cis if c is not None]
-    if any(c.high < 0 for c in known):
+    """held when the differences are real upward (every one, or any one), not held when one is real downward."""
+    signs = [_real(c) for c in cis if c is not None]
+    if -1 in signs:
         return "not held"
-    up = [c.low > 0 for c in known]
-    return "held" if known and (all(up) if every else any(up)) else "not shown"
+    up = [s == 1 for s in signs]
+    return "held" if signs and (all(up) if every else any(up)) else "not shown"
 
 
 def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[str, Any] | None:
@@ -109,7 +134,7 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
         if verdict == "held" and len(rises) < len(steps):
             verdict = "not shown"  # higher at the top, but not at every step
     path = "; ".join(
-        f"{_span([b for b, _ in group])}: {label(r)} {r.acc:.1f} ({r.effective_context():,.0f})"
+        f"{_span([b for b, _ in group])}: {label(r)} {r.em:.1f} ({r.effective_context():,.0f})"
         for group in _runs_of(optimum)
         for r in [group[0][1]]
     )
@@ -145,10 +170,10 @@ def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs
         drag_alone = drag_alone or (drag is not None and iterdrag is None and not found)
     if not found:
         return None
-    small, large = found[0][2]["ci"], found[-1][2]["ci"]
-    if (large is not None and large.high < 0) or (small is not None and small.low > 0 and not drag_alone):
+    small, large = _real(found[0][2]["ci"]), _real(found[-1][2]["ci"])
+    if large == -1 or (small == 1 and not drag_alone):
         verdict = "not held"
-    elif large is not None and large.low > 0 and (drag_alone or (small is not None and small.high < 0)):
+    elif large == 1 and (drag_alone or small == -1):
         verdict = "held"
     else:
         verdict = "not shown"
@@ -165,9 +190,9 @@ def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs
 
 def same_setting(rows: Sequence[Row], pairs: Pairs, *, claim: str, changed: Callable, base: Callable) -> dict | None:
     """Rows that differ only in the claimed change: each ``changed(row)`` row against the ``base(row)`` row with its
-    documents and shots."""
+    documents and shots; the pair at the largest documents and shots (then the most iterations) decides."""
     found = []
-    for row in filter(changed, rows):
+    for row in sorted(filter(changed, rows), key=lambda r: (r.docs, r.shots, r.iterations)):
         partner = next((r for r in rows if base(r) and (r.docs, r.shots) == (row.docs, row.shots)), None)
         if partner is not None:
             found.append(pairs.pair(row, partner))
@@ -175,8 +200,8 @@ def same_setting(rows: Sequence[Row], pairs: Pairs, *, claim: str, changed: Call
         return None
     return {
         "claim": claim,
-        "here": "; ".join(f"{p['a']} - {p['b']}: {p['text']}" for p in found),
-        "verdict": _verdict([p["ci"] for p in found], every=True),
+        "here": "; ".join(f"{p['a']} - {p['b']}: {p['text']}" for p in found) + f" (decides: {found[-1]['a']})",
+        "verdict": _verdict([found[-1]["ci"]], every=True),
         "pairs": found,
     }
 
@@ -202,14 +227,16 @@ def allocation_fit(fitted: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
+    """RAG without shots against closed-book at each documents count; the grid's largest decides."""
     closed = next((r for r in rows if r.method == BASELINE and r.shots == 0), None)
-    found = [pairs.pair(r, closed) for r in rows if closed and r.method == "rag" and r.shots == 0]
+    rag = sorted((r for r in rows if r.method == "rag" and r.shots == 0), key=lambda r: r.docs)
+    found = [pairs.pair(r, closed) for r in rag] if closed else []
     if not found:
         return None
     return {
         "claim": "retrieval beats closed-book",
-        "here": "; ".join(f"{p['a']} - closed-book: {p['text']}" for p in found),
-        "verdict": _verdict([p["ci"] for p in found], every=False),
+        "here": "; ".join(f"{p['a']} - closed-book: {p['text']}" for p in found) + f" (decides: {found[-1]['a']})",
+        "verdict": _verdict([found[-1]["ci"]], every=True),
         "pairs": found,
     }
 
@@ -225,7 +252,7 @@ def oracle_bounds(rows: Sequence[Row], budgets: Sequence[int], oracle: Sequence[
     for claim, a, b in checks:
         if a is not None and b is not None:
             p = pairs.pair(a, b)
-            here = f"{p['a']} {a.acc:.1f} ({a.effective_context():,.0f} tokens) - {p['b']} {b.acc:.1f} "
+            here = f"{p['a']} {a.em:.1f} ({a.effective_context():,.0f} tokens) - {p['b']} {b.em:.1f} "
             here += f"({b.effective_context():,.0f}): {p['text']}"
             claims.append({"claim": claim, "here": here, "verdict": _verdict([p["ci"]], every=True), "pairs": [p]})
     return claims
@@ -245,7 +272,13 @@ def check_claims(
     (JSON-ready)."""
     measured = _measured(rows)
     budgets, pairs = sorted(budgets), Pairs(scores, seed)
-    claims = [
+    _claims(measured, budgets, fitted, oracle, pairs)  # every comparison made once, then adjusted as one family
+    pairs.adjust()
+    return [_json(c) for c in _claims(measured, budgets, fitted, oracle, pairs) if c is not None]
+
+
+def _claims(measured: Sequence[Row], budgets: Sequence[int], fitted, oracle: Sequence[Row], pairs: Pairs) -> list:
+    return [
         scaling(measured, budgets, pairs),
         drag_then_iterdrag(measured, budgets, pairs),
         same_setting(
@@ -263,24 +296,23 @@ def check_claims(
         retrieval(measured, pairs),
         *(oracle_bounds(measured, budgets, oracle, pairs) if budgets else []),
     ]  # fmt: skip
-    return [_json(c) for c in claims if c is not None]
 
 
 def _measured(rows: Sequence[Row]) -> list[Row]:
-    return [r for r in rows if None not in (r.acc, r.effective_context_tokens_per_question, r.run_id)]
+    return [r for r in rows if None not in (r.em, r.effective_context_tokens_per_question, r.run_id)]
 
 
 def _json(claim: dict[str, Any]) -> dict[str, Any]:
     def plain(pair):
         ci = pair.pop("ci")
-        return {**pair, **{k: getattr(ci, k, None) for k in ("diff", "low", "high", "n")}}
+        return {**pair, **{k: getattr(ci, k, None) for k in ("diff", "low", "high", "n", "p", "p_adjusted")}}
 
     return {**claim, "pairs": [plain(dict(p)) for p in claim["pairs"]]}
 
 
 def format_claims(claims: Sequence[Mapping[str, Any]], n: int) -> str:
     lines = [
-        f"| the paper's claim | here: Acc, {n} questions, paired 95% CI (* excludes 0) | held? |",
+        f"| the paper's claim | here: EM, {n} questions, paired 95% CI (* real: {family.RULE}) | held? |",
         "|---|---|---|",
     ]
     return "\n".join(lines + [f"| {c['claim']} | {c['here']} | {c['verdict']} |" for c in claims])

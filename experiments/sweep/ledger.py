@@ -30,7 +30,7 @@ ESTIMATE_TAG = "ragscale.sweep_estimate"  # the estimate made just before the co
 LEDGER = "ledger.json"
 RESULTS = "results.json"  # the rows, the per-budget table, the oracle rows and the claims
 ALLOCATION = "allocation.json"  # the fitted allocation model
-SCORES = "scores.json"  # each run's per-question Acc (``scores``)
+SCORES = "scores.json"  # each run's per-question EM, the claims' primary metric (``scores``)
 ROW_FIELDS = (
     "em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
     "eval_s", "wall_s",
@@ -106,7 +106,7 @@ def run_records(runs_dir: Path, run_id: str) -> list[dict] | None:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def acc_by_question(runs_dir: Path, run_id: str) -> dict[str, float] | None:
-    """A finished run's per-question Acc in percent by question id (``run_records``); None when unreadable."""
+def em_by_question(runs_dir: Path, run_id: str) -> dict[str, float] | None:
+    """A finished run's per-question EM in percent by question id (``run_records``); None when unreadable."""
     records = run_records(runs_dir, run_id)
-    return None if records is None else {str(r["id"]): 100 * float(r["acc"]) for r in records}
+    return None if records is None else {str(r["id"]): 100 * float(r["em"]) for r in records}

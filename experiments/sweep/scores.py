@@ -1,12 +1,12 @@
-"""Each question's Acc in every run of a sweep, kept beside its results so that its claims can be checked again.
+"""Each question's EM in every run of a sweep, kept beside its results so that its claims can be checked again.
 
-The paper's claims (``claims.check_claims``) are paired comparisons over the sweep's questions; their inputs are
-the runs' per-question records, which live in the runs' work folders and MLflow artifacts. ``collect`` reads them
-once and the sweep writes them to ``scores.json`` in its folder (run id -> question id -> Acc in percent), beside
-``results.json`` (the rows, the oracle rows and the claims) and ``allocation.json`` (the fitted model). From those
-three files alone, ``recheck`` checks the claims again -- on a machine without the MLflow store that ran the sweep,
-from a copy in ``benchmarks/results/`` -- and returns them beside the claims stored, which they equal when the
-files are the sweep's own.
+The paper's claims (``claims.check_claims``) are paired comparisons over the sweep's questions; their inputs are the
+runs' per-question records, which live in the runs' work folders and MLflow artifacts. ``collect`` reads them once and
+the sweep writes them to ``scores.json`` in its folder (run id -> question id -> EM in percent, the primary metric of
+the claims), beside ``results.json`` (the rows, the oracle rows and the claims) and ``allocation.json`` (the fitted
+model). From those three files alone, ``recheck`` checks the claims again -- on a machine without the MLflow store that
+ran the sweep, from a copy in ``benchmarks/results/`` -- and returns them beside the claims stored, which they equal
+when the files are the sweep's own.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from typing import Any
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import write_json
 from ragscale.experiments.sweep.claims import check_claims
-from ragscale.experiments.sweep.ledger import ALLOCATION, RESULTS, SCORES, acc_by_question
+from ragscale.experiments.sweep.ledger import ALLOCATION, RESULTS, SCORES, em_by_question
 from ragscale.experiments.sweep.rows import Row
 
 
 def collect(runs_dir: Path, rows: Iterable[Row]) -> dict[str, dict[str, float]]:
-    """Per run id of ``rows`` (the grid's and the oracle's), its per-question Acc in percent; a run whose records
+    """Per run id of ``rows`` (the grid's and the oracle's), its per-question EM in percent; a run whose records
     cannot be read is left out, and the comparisons that need it say so (``claims.Pairs``)."""
     scores: dict[str, dict[str, float]] = {}
     for row in rows:
         run_id = row.run_id
-        if run_id and run_id not in scores and (acc := acc_by_question(runs_dir, run_id)) is not None:
-            scores[run_id] = acc
+        if run_id and run_id not in scores and (em := em_by_question(runs_dir, run_id)) is not None:
+            scores[run_id] = em
     return scores
 
 
@@ -48,16 +48,16 @@ def _read(path: Path) -> Any:
 
 
 def check_against(rows: Iterable[Row], scores: Mapping[str, Mapping[str, float]], path: Path) -> None:
-    """Each run's scores in ``path`` are its row's: as many questions as its ``n``, their mean its ``acc``."""
+    """Each run's scores in ``path`` are its row's: as many questions as its ``n``, their mean its ``em``."""
     for row in rows:
         got = scores.get(row.run_id or "")
         if got is None:
             continue
         mean = sum(got.values()) / len(got) if got else float("nan")
-        if len(got) != row.n or not abs(mean - row.acc) < 0.01:
+        if len(got) != row.n or not abs(mean - row.em) < 0.01:
             raise ConfigError(
                 f"{path}: run {row.run_id} has {len(got)} scores averaging {mean:.2f}, but its row in {RESULTS} "
-                f"says n {row.n} and acc {row.acc}: the files are not of one sweep"
+                f"says n {row.n} and em {row.em}: the files are not of one sweep"
             )
 
 

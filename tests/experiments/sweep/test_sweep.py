@@ -243,10 +243,10 @@ def test_the_table_has_the_best_configuration_per_method_and_overall_within_each
         within = [r for r in result.rows if r.effective_context() <= budget]
         entries = [r for r in result.table if r["budget"] == budget]
         best = next(e for e in entries if e["method"] == "best")
-        assert best["acc"] == max(r.acc for r in within)
+        assert best["em"] == max(r.em for r in within)
         for method in {r.method for r in within}:
             (entry,) = [e for e in entries if e["method"] == method]
-            assert entry["acc"] == max(r.acc for r in within if r.method == method)
+            assert entry["em"] == max(r.em for r in within if r.method == method)
         assert all(e[EFFECTIVE_CONTEXT] <= budget for e in entries)
 
 
@@ -336,13 +336,14 @@ def test_only_configurations_that_cannot_fit_are_skipped_an_iterdrag_bound_over_
     assert item.status == "run" and result.rows[0].effective_context() <= 2000
 
 
-def test_budget_table_ranks_by_accuracy_then_em_then_fewer_tokens():
+def test_budget_table_ranks_by_em_then_f1_then_accuracy_then_fewer_tokens():
     rows = [
         Row("drag", 1, 0, 0, em=10, f1=20, acc=30, effective_context_tokens_per_question=500),
         Row("drag", 2, 0, 0, em=10, f1=20, acc=30, effective_context_tokens_per_question=900),
         Row("rag", 5, 0, 0, em=50, f1=50, acc=50, effective_context_tokens_per_question=3000),
+        Row("rag", 1, 0, 0, em=5, f1=20, acc=60, effective_context_tokens_per_question=400),  # more Acc, less EM
     ]
     table = budget_table(rows, [1000, 4000])
     small = {r["method"]: r for r in table if r["budget"] == 1000}
-    assert set(small) == {"drag", "best"} and small["best"]["config"] == "drag k=1 m=0"
+    assert set(small) == {"drag", "rag", "best"} and small["best"]["config"] == "drag k=1 m=0"
     assert next(r for r in table if r["budget"] == 4000 and r["method"] == "best")["config"] == "rag k=5 m=0"
