@@ -193,6 +193,26 @@ def behaviour_means(records: Sequence[Mapping]) -> dict[str, float]:
     return {name: round(_mean(column), 4) for name, column in values.items()}
 
 
+def record_scores(records: Sequence[Mapping]) -> dict[str, Any]:
+    """What a run's per-question records alone give of its summary, rounded as the summary rounds it: n, failed,
+    em, f1, acc and retrieval_recall (percent), lm_calls_per_question, ``EFFECTIVE_CONTEXT``,
+    output_tokens_per_question and behaviour. A committed copy of the records gives the same numbers again
+    (``published.py``)."""
+    recalls = [r["retrieval_recall"] for r in records if r["retrieval_recall"] is not None]
+    return {
+        "n": len(records),
+        "failed": sum(r["error"] is not None for r in records),
+        "em": round(100 * _mean([r["em"] for r in records]), 2),
+        "f1": round(100 * _mean([r["f1"] for r in records]), 2),
+        "acc": round(100 * _mean([r["acc"] for r in records]), 2),
+        "retrieval_recall": round(100 * _mean(recalls), 2) if recalls else None,
+        "lm_calls_per_question": round(_mean([r["lm_calls"] for r in records]), 3),
+        EFFECTIVE_CONTEXT: round(_mean([r["input_tokens"] for r in records]), 1),
+        "output_tokens_per_question": round(_mean([r["output_tokens"] for r in records]), 1),
+        "behaviour": behaviour_means(records),
+    }
+
+
 def summarize(
     records: Sequence[Mapping],
     config: RunConfig,
@@ -212,7 +232,7 @@ def summarize(
     ``corpus`` is what the run retrieved from (``Corpus.describe()``), None for a run that retrieves nothing."""
     usage = compile_usage or {"calls": 0, "input_tokens": 0, "output_tokens": 0}
     n = len(records)
-    recalls = [r["retrieval_recall"] for r in records if r["retrieval_recall"] is not None]
+    scores = record_scores(records)
     return {
         "method": config.method,
         "dataset": config.dataset,
@@ -221,15 +241,8 @@ def summarize(
         "docs": config.docs,
         "shots": config.shots,
         "iterations": config.iterations,
-        "n": n,
-        "failed": sum(r["error"] is not None for r in records),
-        "em": round(100 * _mean([r["em"] for r in records]), 2),
-        "f1": round(100 * _mean([r["f1"] for r in records]), 2),
-        "acc": round(100 * _mean([r["acc"] for r in records]), 2),
-        "retrieval_recall": round(100 * _mean(recalls), 2) if recalls else None,
-        "lm_calls_per_question": round(_mean([r["lm_calls"] for r in records]), 3),
-        EFFECTIVE_CONTEXT: round(_mean([r["input_tokens"] for r in records]), 1),
-        "output_tokens_per_question": round(_mean([r["output_tokens"] for r in records]), 1),
+        **{key: scores[key] for key in ("n", "failed", "em", "f1", "acc", "retrieval_recall")},
+        **{key: scores[key] for key in ("lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question")},
         "questions_per_minute": round(60 * (n - resumed) / eval_s, 2) if eval_s > 0 else 0.0,
         "eval_s": round(eval_s, 2),
         "compile_s": round(compile_s, 2),
@@ -240,7 +253,7 @@ def summarize(
         "peak_rss_gb": round(peak_rss_gb(), 2),
         "weights_gb": None if weights_bytes is None else round(weights_bytes / 1e9, 3),
         "corpus": dict(corpus) if corpus else None,
-        "behaviour": behaviour_means(records),
+        "behaviour": scores["behaviour"],
         "resumed": resumed,
         "mlflow_run_id": run_id,
     }

@@ -1,0 +1,56 @@
+"""Commit finished runs' per-question records beside the table a page cites, and print that table from them.
+
+    python benchmarks/publish.py --runs-dir DIR --name NAME --command CMD --baseline METHOD-OPTIMIZER [RUN_ID ...]
+    python benchmarks/publish.py --name NAME --baseline METHOD-OPTIMIZER --table
+
+The first form copies the runs (by default the latest FINISHED run of each method x optimizer in the store) to
+``benchmarks/results/NAME/`` (``ragscale.experiments.published.publish``: the records gzip-compressed, a manifest
+with the command, machine, date and commit) and prints the table; the second prints the table from the committed
+folder alone. The README's demo table is ``--name demo-qwen2.5-coder-0.5b --baseline closed-book-none --table``, and
+``tests/test_readme.py`` checks that the README shows exactly that.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_ids", nargs="*", help="runs to publish (default: the latest of each method x optimizer)")
+    parser.add_argument("--runs-dir", type=Path, help="the store the runs are in (omit with --table)")
+    parser.add_argument("--name", required=True, help="the folder under benchmarks/results/")
+    parser.add_argument("--command", help="the command that made the runs, as the manifest records it")
+    parser.add_argument("--baseline", required=True, help="the run every other is paired against: METHOD-OPTIMIZER")
+    parser.add_argument("--table", action="store_true", help="print the table from the committed folder only")
+    args = parser.parse_args(argv)
+
+    from ragscale.process import prepare_process
+
+    prepare_process()
+    from ragscale.experiments.published import publish, table
+
+    folder = RESULTS / args.name
+    if not args.table:
+        if args.runs_dir is None or args.command is None:
+            parser.error("publishing needs --runs-dir and --command (or give --table)")
+        publish(args.runs_dir, args.run_ids or latest_runs(args.runs_dir), folder, command=args.command)
+    print(table(folder, args.baseline))
+    return 0
+
+
+def latest_runs(runs_dir: Path) -> list[str]:
+    """The latest FINISHED run of each method x optimizer in the store, oldest first."""
+    from ragscale.experiments import tracking
+
+    latest = {}
+    for run in tracking.finished_runs(runs_dir):
+        latest[run.data.params["method"], run.data.params["optimizer"]] = run.info.run_id
+    return list(latest.values())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

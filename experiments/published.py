@@ -1,0 +1,104 @@
+"""Results anyone can check again: finished runs' per-question records, committed beside the numbers cited from them.
+
+``publish`` copies runs from an MLflow store into a folder (``benchmarks/results/<name>/``): each run's per-question
+records (``predictions.jsonl`` cut to ``KEPT``: id, prediction, gold answers, EM/F1/Acc, retrieval recall, the
+passages retrieved, LM calls and tokens, behaviour, error) as ``<method>-<optimizer>.jsonl.gz``, and a
+``manifest.json`` with the command, the date, the machine (CPU model and code-path flags), the git commit and each
+run's params and metrics. ``load`` reads a folder back, and ``table`` writes the comparison table a page cites from
+the files alone: every score re-derived from the records (``evaluate.record_scores``), each difference paired
+against the baseline over question ids (``compare.paired_bootstrap``) and marked as one family (``family``); only
+questions per minute, a timing, comes from the manifest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
+from ragscale.experiments.files import write_json
+
+MANIFEST = "manifest.json"
+KEPT = (
+    "id", "prediction", "answers", "em", "f1", "acc", "retrieval_recall", "passage_ids", "lm_calls", "input_tokens",
+    "output_tokens", "behaviour", "error",
+)  # fmt: skip
+"""The fields of a per-question record that are committed: what re-derives a run's scores and says what it saw."""
+
+
+def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: str) -> Path:
+    """Copy the finished runs ``run_ids`` of the store in ``runs_dir`` to ``folder`` (see the module docstring)."""
+    from ragscale.experiments import tracking
+    from ragscale.experiments.provenance import PREFIX
+    from ragscale.experiments.sweep.ledger import run_records
+
+    folder.mkdir(parents=True, exist_ok=True)
+    client, runs, tags = tracking.client(runs_dir), {}, {}
+    for run_id in run_ids:
+        run = client.get_run(run_id)
+        params = run.data.params
+        name = f"{params['method']}-{params['optimizer']}"
+        records = run_records(runs_dir, run_id)
+        if records is None:
+            raise FileNotFoundError(f"run {run_id} ({name}) has no per-question records to publish")
+        kept = "".join(json.dumps({k: r.get(k) for k in KEPT}, ensure_ascii=False) + "\n" for r in records)
+        with gzip.GzipFile(folder / f"{name}.jsonl.gz", "wb", mtime=0) as out:  # the same records, the same bytes
+            out.write(kept.encode())
+        runs[name] = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics)}
+        tags = {k.removeprefix(PREFIX): v for k, v in run.data.tags.items() if k.startswith(PREFIX)}
+    write_json(
+        folder / MANIFEST,
+        {
+            "command": command,
+            "date": datetime.now(UTC).date().isoformat(),
+            "machine": {k: tags.get(k) for k in ("cpu", "cpu_flags", "gpu")},
+            "git_commit": tags.get("git_commit"),
+            "git_dirty": tags.get("git_dirty"),
+            "runs": runs,
+        },
+        indent=2,
+    )
+    return folder
+
+
+def load(folder: Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
+    """A published folder's manifest and each run's records by name (``<method>-<optimizer>``)."""
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    records = {}
+    for name in manifest["runs"]:
+        with gzip.open(folder / f"{name}.jsonl.gz", "rt", encoding="utf-8") as lines:
+            records[name] = [json.loads(line) for line in lines if line.strip()]
+    return manifest, records
+
+
+def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> str:
+    """The markdown table of the runs in ``folder`` against the run named ``baseline``, every number but questions
+    per minute re-derived from the records (see the module docstring)."""
+    from ragscale.experiments import family
+    from ragscale.experiments.compare import format_ci, paired_bootstrap
+
+    manifest, records = load(folder)
+    em = {name: {r["id"]: 100.0 * r["em"] for r in rows} for name, rows in records.items()}
+    names = list(records)
+    cis = family.adjust(
+        [None if name == baseline else paired_bootstrap(em[name], em[baseline], resamples=resamples, seed=seed)
+         for name in names]
+    )  # fmt: skip
+    lines = [
+        "| method | optimizer | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q | effective context / q "
+        "| q / min |",
+        "|---|---|--:|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, ci in zip(names, cis, strict=True):
+        scores, params = record_scores(records[name]), manifest["runs"][name]["params"]
+        recall = "" if scores["retrieval_recall"] is None else f"{scores['retrieval_recall']:.1f}"
+        qpm = manifest["runs"][name]["metrics"]["questions_per_minute"]
+        cells = [params["method"], params["optimizer"], f"{scores['em']:.1f}", format_ci(ci, name == baseline),
+                 f"{scores['f1']:.1f}", f"{scores['acc']:.1f}", recall, f"{scores['lm_calls_per_question']:.2f}",
+                 f"{scores[EFFECTIVE_CONTEXT]:,.0f}", f"{qpm:.1f}"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,44 @@
+"""Published runs: the committed records give back every score the run's summary had, and the table from them."""
+
+import gzip
+
+from doubles import SCRIPT, scripted_lm
+
+from ragscale.experiments.config import RunConfig
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
+from ragscale.experiments.published import KEPT, MANIFEST, load, publish, table
+from ragscale.experiments.runner import run_experiment
+
+
+def test_published_records_give_back_the_summary_and_the_table_pairs_them_against_the_baseline(tmp_path, data_dir):
+    runs = tmp_path / "runs"
+    common = dict(dataset="hotpotqa", retriever="bm25", adapter="chat", docs=2, data_dir=data_dir, runs_dir=runs)
+    summaries = [
+        run_experiment(RunConfig(method=method, **common), lm=scripted_lm(SCRIPT), progress=False)
+        for method in ("closed-book", "rag")
+    ]
+    folder = publish(runs, [s["mlflow_run_id"] for s in summaries], tmp_path / "published", command="pytest")
+
+    manifest, records = load(folder)
+    assert list(records) == ["closed-book-none", "rag-none"] and manifest["command"] == "pytest"
+    assert manifest["machine"]["cpu"] and manifest["runs"]["rag-none"]["params"]["docs"] == "2"
+    for summary, rows in zip(summaries, records.values(), strict=True):
+        assert all(set(row) == set(KEPT) for row in rows)
+        again = record_scores(rows)
+        assert {k: again[k] for k in ("n", "em", "f1", "acc", "retrieval_recall", EFFECTIVE_CONTEXT)} == {
+            k: summary[k] for k in ("n", "em", "f1", "acc", "retrieval_recall", EFFECTIVE_CONTEXT)
+        }
+    with gzip.open(folder / "rag-none.jsonl.gz", "rb") as first:
+        kept = first.read()
+    publish(runs, [s["mlflow_run_id"] for s in summaries], folder, command="pytest")
+    with gzip.open(folder / "rag-none.jsonl.gz", "rb") as second:
+        assert second.read() == kept  # the same runs publish the same records
+    assert (folder / MANIFEST).exists()
+
+    lines = table(folder, "closed-book-none").splitlines()
+    assert lines[2].startswith("| closed-book | none | ") and "| baseline |" in lines[2]
+    rag = summaries[1]
+    assert (
+        lines[3].startswith(f"| rag | none | {rag['em']:.1f} | ")
+        and f"| {rag['f1']:.1f} | {rag['acc']:.1f} |" in lines[3]
+    )
