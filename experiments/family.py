@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ragscale.experiments.compare import BootstrapCI
+from typing import Any
 
 ALPHA = 0.05
 PRIMARY = "em"
@@ -48,8 +45,9 @@ def benjamini_hochberg(p: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def adjust(cis: Sequence[BootstrapCI | None], rule=holm) -> list[BootstrapCI | None]:
-    """The family's CIs with ``p_adjusted`` set by ``rule`` over those that exist (a missing one is no member)."""
+def adjust(cis: Sequence[Any], rule=holm) -> list[Any]:
+    """The family's CIs (``compare.BootstrapCI``) with ``p_adjusted`` set by ``rule`` over those that exist (a missing
+    one, None, is no member)."""
     present = [i for i, ci in enumerate(cis) if ci is not None]
     adjusted = rule([cis[i].p for i in present])
     out = list(cis)
