@@ -50,6 +50,11 @@ class BootstrapCI:
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
 
+    def is_real(self) -> bool:
+        """Whether the difference is called real: its family-adjusted p below ``family.ALPHA`` once its family is
+        adjusted, its CI excluding 0 before."""
+        return self.p_adjusted < family.ALPHA if self.p_adjusted is not None else self.excludes_zero()
+
 
 def paired_bootstrap(
     a: Mapping[str, float],
@@ -273,14 +278,12 @@ def format_corpus(name: str, sha256: str) -> str:
 
 
 def format_ci(ci: BootstrapCI | None, is_base: bool = False, *, mark: bool = True) -> str:
-    """A difference with its 95% CI and, with ``mark``, ``*`` when it is called real: its family-adjusted p below
-    ``family.ALPHA`` when it has one, else its CI excluding 0."""
+    """A difference with its 95% CI and, with ``mark``, ``*`` when it is called real (``BootstrapCI.is_real``)."""
     if is_base:
         return "baseline"
     if ci is None:
         return "n/a (no shared questions, or another corpus)"
-    real = ci.p_adjusted < family.ALPHA if ci.p_adjusted is not None else ci.excludes_zero()
-    mark = " *" if mark and real else ""
+    mark = " *" if mark and ci.is_real() else ""
     return f"{ci.diff:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]{mark}"
 
 

@@ -97,12 +97,11 @@ class Pairs:
 
 
 def _real(ci: BootstrapCI | None) -> int:
-    """+1 or -1 when the difference is called real upward or downward (its family-adjusted p below ``family.ALPHA``,
-    or its CI excluding 0 before the family is adjusted), 0 when it is not, or unknown."""
-    if ci is None:
+    """+1 or -1 when the difference is called real (``BootstrapCI.is_real``) upward or downward, 0 when it is not,
+    or unknown."""
+    if ci is None or not ci.is_real():
         return 0
-    real = ci.p_adjusted < family.ALPHA if ci.p_adjusted is not None else ci.excludes_zero()
-    return (1 if ci.diff > 0 else -1) if real else 0
+    return 1 if ci.diff > 0 else -1
 
 
 def _verdict(cis: Sequence[BootstrapCI | None], *, every: bool) -> str:
