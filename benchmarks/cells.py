@@ -1,18 +1,17 @@
 """What the methods benchmarks (``faithful.py``, ``methods.py``) share: a cell and the comparisons of two cells.
 
-A cell is one row of a methods table: a method (or an oracle row) x an optimizer on a dataset, run by
-``run_experiment`` as ``ragscale run`` runs it (hybrid retrieval over the paragraphs of the run's questions,
-k = 5, 2 demonstrations of at most 3 documents, DSPy's cache off, tracked in MLflow under ``runs_dir``, by default
-the out dir's parent). A compiling optimizer that runs DSPy's teacher program (bootstrap, ...) runs it on the
-teacher LM. Its summary is written to ``<out-dir>/<dataset>__<row>__<optimizer>__n<limit>.json`` with each
-question's scores (``scores``: id -> em, f1, acc): a rerun reads it instead of running the cell again, so an
-interrupted benchmark resumes where it stopped, and a folder of finished cells compares its cells by itself, on
-a machine without the MLflow store that ran them.
+A cell is one row of a methods table: a method (or an oracle row) x an optimizer on a dataset, run by ``run_experiment``
+as ``ragscale run`` runs it (hybrid retrieval over the corpus, by default the dataset's own, k = 5, 2 demonstrations of
+at most 3 documents, DSPy's cache off, tracked in MLflow under ``runs_dir``, by default the out dir's parent). A
+compiling optimizer that runs DSPy's teacher program (bootstrap, ...) runs it on the teacher LM. Its summary is written
+to ``<out-dir>/<dataset>__<row>__<optimizer>__n<limit>.json`` with each question's scores (``scores``: id -> em, f1,
+acc): a rerun reads it instead of running the cell again, so an interrupted benchmark resumes where it stopped, and a
+folder of finished cells compares its cells by itself, on a machine without the MLflow store that ran them.
 
-The oracle rows are the RAG program given the question's gold paragraphs (``oracle-gold``) or all its paragraphs
-(``oracle-all``), through ``OracleRetriever``. Two cells are compared question by question: the paired bootstrap
-95% CI of the difference of their EM (or F1), from the cells' scores (or, for a cell kept without them, the
-per-question records MLflow holds).
+The oracle rows are the RAG program given the question's gold paragraphs (``oracle-gold``), and given them padded to k =
+5 with the highest-ranked non-gold passages its retriever finds in the corpus (``oracle-distractors``), through
+``OracleRetriever``. Two cells are compared question by question: the paired bootstrap 95% CI of the difference of their
+EM (or F1), from the cells' scores (or, for a cell kept without them, the per-question records MLflow holds).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from pathlib import Path
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
 
-ORACLE_ROWS = ("oracle-gold", "oracle-all")
+ORACLE_ROWS = ("oracle-gold", "oracle-distractors")
 SCORES = ("em", "f1", "acc")
 __all__ = ["EFFECTIVE_CONTEXT", "ORACLE_ROWS", "Cells", "behaviour_cell", "paired", "records_of"]
 
@@ -68,7 +67,7 @@ class Cells:
             return summary
         from ragscale.experiments.config import RunConfig
         from ragscale.experiments.oracle import OracleRetriever
-        from ragscale.experiments.runner import load_examples, run_experiment
+        from ragscale.experiments.runner import build_retriever_for, load_examples, run_experiment
         from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 
         oracle = row in ORACLE_ROWS
@@ -81,7 +80,7 @@ class Cells:
             api_base=self.api_base,
             teacher=self.teacher_name if taught else None,
             budget=self.gepa_budget if optimizer == "gepa" else None,
-            docs=20 if oracle else 5,
+            docs=20 if row == "oracle-gold" else 5,  # the gold paragraphs whatever k; distractors pad to 5
             shots=2,
             docs_per_demo=3,
             limit=self.limit,
@@ -95,7 +94,11 @@ class Cells:
         teacher = None
         if taught:  # GEPA's teacher reflects: room for a rewritten instruction (the engine is shared)
             teacher = self._lm(self.teacher_name, 1024 if optimizer == "gepa" else None)
-        retriever = OracleRetriever(load_examples(config)[1], gold_only=row == "oracle-gold") if oracle else None
+        retriever = None
+        if oracle:
+            train, evalset = load_examples(config)
+            distractors = build_retriever_for(config, train, evalset) if row == "oracle-distractors" else None
+            retriever = OracleRetriever(evalset, gold_only=True, distractors=distractors)
         start = time.perf_counter()
         summary = run_experiment(
             config,

@@ -7,13 +7,13 @@
 For each dataset it runs, in this order (the claims first, so a benchmark cut short has them): IterDRAG
 uncompiled, compiled and with labelled demonstrations (``labeled``: MuSiQue's gold decompositions, with the
 documents retrieved for each step, where the data has them; no teacher), RAG uncompiled, DRAG compiled,
-closed-book uncompiled, Self-RAG and CRAG compiled and uncompiled, closed-book compiled, the two oracle rows (the
-RAG program given the question's gold paragraphs, and given all its paragraphs: ``OracleRetriever``), and last
-DRAG and IterDRAG compiled by GEPA (the teacher reflects; GEPA's light budget) to set beside bootstrap.
-"Compiled" is ``bootstrap`` with the teacher LM running DSPy's teacher program on the first ``--train-limit``
-train questions (2 demonstrations of at most 3 documents each); the student LM answers the first ``--limit`` dev
-questions (hybrid retrieval, k = 5, 8 threads, DSPy's cache off).
-Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its demonstrations), so its row is RAG's.
+closed-book uncompiled, Self-RAG and CRAG compiled and uncompiled, closed-book compiled, the two oracle rows (the RAG
+program given the question's gold paragraphs, and given them padded to k with retrieved distractors:
+``OracleRetriever``), and last DRAG and IterDRAG compiled by GEPA (the teacher reflects; GEPA's light budget) to set
+beside bootstrap. "Compiled" is ``bootstrap`` with the teacher LM running DSPy's teacher program on the first
+``--train-limit`` train questions (2 demonstrations of at most 3 documents each); the student LM answers the first
+``--limit`` dev questions (hybrid retrieval, k = 5, 8 threads, DSPy's cache off). Uncompiled DRAG sends exactly RAG's
+prompts (DRAG differs only by its demonstrations), so its row is RAG's.
 
 Each cell is one ``run_experiment`` (the path of ``ragscale run``, tracked in MLflow under the out dir's parent)
 whose summary is written to ``<out-dir>/<dataset>__<cell>__n<limit>.json``: a rerun skips finished cells, so an
@@ -45,7 +45,7 @@ CELLS = (
     ("crag", "none"),
     ("closed-book", "bootstrap"),
     ("oracle-gold", "none"),
-    ("oracle-all", "none"),
+    ("oracle-distractors", "none"),
     ("drag", "gepa"),
     ("iterdrag", "gepa"),
 )

@@ -5,15 +5,15 @@ each method's paired CI against RAG.
                                  [--teacher qwen2.5-coder-1.5b] [--methods rag,crag] [--optimizers none,bootstrap]
                                  [--no-oracle] [--out-dir runs/methods-<lm>] [--runs-dir runs] [--json FILE]
 
-Per dataset it runs RAG uncompiled first (the baseline of every comparison), then each method x optimizer in
-registry order, then the two oracle rows (the RAG program given the question's gold paragraphs, and given all its
-paragraphs). Every cell is a ``cells.Cells`` run: the runner of ``ragscale run`` on the first ``--limit`` dev
-questions, compiled with the teacher LM running DSPy's teacher program on the first ``--train-limit`` train
-questions (``bootstrap``), its summary and per-question scores kept as JSON in ``--out-dir`` (MLflow's store is
-``--runs-dir``), so a rerun skips finished cells, an interrupted benchmark resumes, and a folder of finished cells
-prints its table and CIs on any machine. Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its
-demonstrations), so it is not run: its row is RAG's. A cell that cannot run (a configuration error, prompts over
-the context window) is reported and the others go on.
+Per dataset it runs RAG uncompiled first (the baseline of every comparison), then each method x optimizer in registry
+order, then the two oracle rows (the RAG program given the question's gold paragraphs, and given them padded to k with
+retrieved distractors). Every cell is a ``cells.Cells`` run: the runner of ``ragscale run`` on the first ``--limit`` dev
+questions, compiled with the teacher LM running DSPy's teacher program on the first ``--train-limit`` train questions
+(``bootstrap``), its summary and per-question scores kept as JSON in ``--out-dir`` (MLflow's store is ``--runs-dir``),
+so a rerun skips finished cells, an interrupted benchmark resumes, and a folder of finished cells prints its table and
+CIs on any machine. Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its demonstrations), so it is not
+run: its row is RAG's. A cell that cannot run (a configuration error, prompts over the context window) is reported and
+the others go on.
 
 Prints one table per dataset: EM, F1, Acc, retrieval recall, LM calls and effective context per question,
 questions per minute (the evaluation alone), compile seconds, the method's behaviour values, and the paired

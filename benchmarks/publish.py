@@ -3,11 +3,11 @@
     python benchmarks/publish.py --runs-dir DIR --name NAME --command CMD --baseline METHOD-OPTIMIZER [RUN_ID ...]
     python benchmarks/publish.py --name NAME --baseline METHOD-OPTIMIZER --table
 
-The first form copies the runs (by default the latest FINISHED run of each method x optimizer in the store) to
-``benchmarks/results/NAME/`` (``ragscale.experiments.published.publish``: the records gzip-compressed, a manifest
-with the command, machine, date and commit) and prints the table; the second prints the table from the committed
-folder alone. The README's demo table is ``--name demo-qwen2.5-coder-0.5b --baseline closed-book-none --table``, and
-``tests/test_readme.py`` checks that the README shows exactly that.
+The first form copies the runs (by default the latest FINISHED run of each method, or oracle row, x optimizer in the
+store) to ``benchmarks/results/NAME/`` (``ragscale.experiments.published.publish``: the records gzip-compressed, a
+manifest with the command, machine, date and commit) and prints the table; the second prints the table from the
+committed folder alone. The README's demo table is ``--name demo-qwen2.5-coder-0.5b --baseline closed-book-none
+--table``, and ``tests/test_readme.py`` checks that the README shows exactly that.
 """
 
 from __future__ import annotations
@@ -43,12 +43,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def latest_runs(runs_dir: Path) -> list[str]:
-    """The latest FINISHED run of each method x optimizer in the store, oldest first."""
+    """The latest FINISHED run of each method (or oracle row) x optimizer in the store, oldest first."""
     from ragscale.experiments import tracking
+    from ragscale.experiments.published import row_of
 
     latest = {}
     for run in tracking.finished_runs(runs_dir):
-        latest[run.data.params["method"], run.data.params["optimizer"]] = run.info.run_id
+        latest[row_of(run.data.params), run.data.params["optimizer"]] = run.info.run_id
     return list(latest.values())
 
 

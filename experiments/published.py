@@ -1,13 +1,13 @@
 """Results anyone can check again: finished runs' per-question records, committed beside the numbers cited from them.
 
 ``publish`` copies runs from an MLflow store into a folder (``benchmarks/results/<name>/``): each run's per-question
-records (``predictions.jsonl`` cut to ``KEPT``: id, prediction, gold answers, EM/F1/Acc, retrieval recall, the
-passages retrieved, LM calls and tokens, behaviour, error) as ``<method>-<optimizer>.jsonl.gz``, and a
-``manifest.json`` with the command, the date, the machine (CPU model and code-path flags), the git commit and each
-run's params and metrics. ``load`` reads a folder back, and ``table`` writes the comparison table a page cites from
-the files alone: every score re-derived from the records (``evaluate.record_scores``), each difference paired
-against the baseline over question ids (``compare.paired_bootstrap``) and marked as one family (``family``); only
-questions per minute, a timing, comes from the manifest.
+records (``predictions.jsonl`` cut to ``KEPT``: id, prediction, gold answers, EM/F1/Acc, retrieval recall, the passages
+retrieved, LM calls and tokens, behaviour, error) as ``<row>-<optimizer>.jsonl.gz`` (the row: its method, or the oracle
+its retriever names), and a ``manifest.json`` with the command, the date, the machine (CPU model and code-path flags),
+the git commit and each run's params and metrics. ``load`` reads a folder back, and ``table`` writes the comparison
+table a page cites from the files alone: every score re-derived from the records (``evaluate.record_scores``), each
+difference paired against the baseline over question ids (``compare.paired_bootstrap``) and marked as one family
+(``family``); only questions per minute, a timing, comes from the manifest.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
     for run_id in run_ids:
         run = client.get_run(run_id)
         params = run.data.params
-        name = f"{params['method']}-{params['optimizer']}"
+        name = f"{row_of(params)}-{params['optimizer']}"
         records = run_records(runs_dir, run_id)
         if records is None:
             raise FileNotFoundError(f"run {run_id} ({name}) has no per-question records to publish")
@@ -65,8 +65,13 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
     return folder
 
 
+def row_of(params: dict[str, str]) -> str:
+    """What a run is called in a table: its method, or the oracle row its retriever names."""
+    return params.get("retriever_identity") or params["method"]
+
+
 def load(folder: Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
-    """A published folder's manifest and each run's records by name (``<method>-<optimizer>``)."""
+    """A published folder's manifest and each run's records by name (``<row>-<optimizer>``)."""
     manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     records = {}
     for name in manifest["runs"]:
@@ -97,7 +102,7 @@ def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) 
         scores, params = record_scores(records[name]), manifest["runs"][name]["params"]
         recall = "" if scores["retrieval_recall"] is None else f"{scores['retrieval_recall']:.1f}"
         qpm = manifest["runs"][name]["metrics"]["questions_per_minute"]
-        cells = [params["method"], params["optimizer"], f"{scores['em']:.1f}", format_ci(ci, name == baseline),
+        cells = [row_of(params), params["optimizer"], f"{scores['em']:.1f}", format_ci(ci, name == baseline),
                  f"{scores['f1']:.1f}", f"{scores['acc']:.1f}", recall, f"{scores['lm_calls_per_question']:.2f}",
                  f"{scores[EFFECTIVE_CONTEXT]:,.0f}", f"{qpm:.1f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")

@@ -169,6 +169,13 @@ def corpus_params(corpus) -> dict[str, str]:
     return {"corpus_passages": str(corpus["passages"]), "corpus_sha256": corpus["sha256"]}
 
 
+def oracle_params(retriever) -> dict[str, str]:
+    """The MLflow param that names a retriever given to a run by what it returns (an oracle row's), so the run is
+    told apart from the method's own; none for any other retriever."""
+    identity = getattr(retriever, "identity", None)
+    return {"retriever_identity": identity} if identity else {}
+
+
 def default_run_name(config: RunConfig) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{config.method}-{config.optimizer}-{config.dataset}-{slug(config.lm)}-{stamp}"
@@ -246,7 +253,7 @@ def run_experiment(
             run_id = tracking.start_run(
                 config.runs_dir,
                 run_name=config.run_name or default_run_name(config),
-                params={**config.to_params(), **corpus_params(searched)},
+                params={**config.to_params(), **corpus_params(searched), **oracle_params(retriever)},
                 parent_run_id=parent_run_id,
                 tags={
                     "method": config.method,

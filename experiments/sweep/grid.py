@@ -51,7 +51,8 @@ def parse_ints(text: str, name: str, low: int = 0) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class Grid:
     """What a sweep varies. `baselines` adds closed-book with 0 and 1 shots (the model's informativeness)
-    and the two oracle rows (the reader given each question's gold paragraphs, or all of them)."""
+    and the two oracle rows (the reader given each question's gold paragraphs, alone and among retrieved
+    distractors)."""
 
     methods: tuple[str, ...] = METHODS
     docs: tuple[int, ...] = DEFAULT_DOCS

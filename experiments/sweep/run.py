@@ -244,33 +244,42 @@ def _compile(base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train:
         return compile_for(config, build_program_for(config, retriever), train, lm, adapter)
 
 
-ORACLE_NOTE = "then two oracle rows (the RAG program given each question's gold, then all, paragraphs): not estimated"
-ORACLE_K = 20  # the oracle returns a question's paragraphs whatever k asks; k is as large as MuSiQue's 20
+ORACLE_NOTE = (
+    "then two oracle rows (the RAG program given each question's gold paragraphs, then them padded to the grid's "
+    "largest documents count with retrieved distractors): not estimated"
+)
+ORACLE_K = 20  # the gold paragraphs whatever k asks; k is as large as MuSiQue's 20, for the prompt's length check
 
 
 def _oracle_rows(
-    base: RunConfig, got: _Setup, *, parent: str, sweep_dir: Path, fingerprint: str, progress: bool, report
-) -> tuple[list[Row], list[str]]:
-    """The RAG program given each question's gold paragraphs, then all of its paragraphs (``OracleRetriever``): the
-    reader's bound without retrieval errors, and with every distractor, beside the grid. Run once, kept in the
-    ledger under their keys like a configuration, and left out of the budget table and the allocation model (no
-    retriever can do what they do). Returns their rows and the keys that failed."""
+    base: RunConfig, got: _Setup, grid: Grid, *, parent: str, sweep_dir: Path, fingerprint: str, progress: bool,
+    report
+) -> tuple[list[Row], list[str]]:  # fmt: skip
+    """The RAG program given each question's gold paragraphs, then given them padded to the grid's largest
+    documents count with the passages the retriever ranks highest that are not gold (``OracleRetriever``): the
+    reader's bound without retrieval errors, and that bound among as many passages as the longest configuration
+    reads, beside the grid. Run once, kept in the ledger under their keys like a configuration, and left out of the
+    budget table and the allocation model (no retriever can do what they do). Returns their rows and the keys that
+    failed."""
     from ragscale.experiments.oracle import OracleRetriever
 
     if not all(getattr(ex, "paragraphs", None) for ex in got.evalset):
         report("no oracle rows: some questions carry no paragraphs")
         return [], []
     rows, failed = [], []
-    for gold_only in (True, False):
-        retriever = OracleRetriever(got.evalset, gold_only=gold_only)
+    widest = max(grid.docs, default=0)
+    for distractors in (None, got.retriever) if got.retriever is not None and widest else (None,):
+        retriever = OracleRetriever(got.evalset, gold_only=True, distractors=distractors)
         name = retriever.identity
         config = replace(
-            base, method="rag", docs=ORACLE_K, shots=0, optimizer="none", run_name=f"{sweep_dir.name}-{name}"
-        )
+            base, method="rag", docs=ORACLE_K if distractors is None else widest, shots=0, optimizer="none",
+            run_name=f"{sweep_dir.name}-{name}",
+        )  # fmt: skip
         key = config_key(config, fingerprint, retriever=retriever)
         found = got.ledger.get(key) or got.tracked.get(key)
         if found is None:
-            report(f"[oracle] {name}: the RAG program given {'the gold' if gold_only else 'all the'} paragraphs")
+            given = "the gold paragraphs" if distractors is None else f"the gold paragraphs among {widest} passages"
+            report(f"[oracle] {name}: the RAG program given {given}")
             try:
                 summary = run_experiment(
                     config, lm=got.lm, retriever=retriever, examples=(got.train, got.evalset), parent_run_id=parent,
@@ -284,10 +293,9 @@ def _oracle_rows(
             tracking.client(base.runs_dir).set_tag(summary["mlflow_run_id"], SWEEP_KEY_TAG, key)
             found = got.ledger[key] = ledger_row(summary["mlflow_run_id"], base.lm, summary, {})
             save_ledger(sweep_dir, got.ledger)
-            report(f"  Acc {summary['acc']:.1f}; {summary[EFFECTIVE_CONTEXT]:,.0f} tokens/question")
-        rows.append(
-            Row.from_json({**found, "method": name, "docs": 0, "shots": 0, "iterations": 0, "key": key, "lm": base.lm})
-        )
+            report(f"  EM {summary['em']:.1f}; {summary[EFFECTIVE_CONTEXT]:,.0f} tokens/question")
+        settings = {"method": name, "docs": 0 if distractors is None else widest, "shots": 0, "iterations": 0}
+        rows.append(Row.from_json({**found, **settings, "key": key, "lm": base.lm}))
     return rows, failed
 
 
@@ -445,7 +453,14 @@ def run_sweep(
         oracle: list[Row] = []
         if grid.baselines:
             oracle, oracle_failed = _oracle_rows(
-                base, got, parent=parent, sweep_dir=sweep_dir, fingerprint=fingerprint, progress=progress, report=report
+                base,
+                got,
+                grid,
+                parent=parent,
+                sweep_dir=sweep_dir,
+                fingerprint=fingerprint,
+                progress=progress,
+                report=report,
             )
             failed += oracle_failed
         rows = []

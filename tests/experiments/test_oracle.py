@@ -30,3 +30,32 @@ def test_the_two_oracle_rows_have_different_run_keys_and_other_retrievers_leave_
     keys = {config_key(config, "data", retriever=r) for r in (gold, everything, None)}
     assert len(keys) == 3
     assert config_key(config, "data", retriever=lambda query, k: []) == config_key(config, "data")
+
+
+def test_distractors_pad_the_gold_paragraphs_to_k_with_the_highest_ranked_non_gold_passages():
+    from ragscale.programs.retrieval import Passage
+
+    examples = load_jsonl(FIXTURE)[:2]
+    example = examples[0]
+    own = [p for p in example.paragraphs if p["is_supporting"]]
+    ranked = [Passage(id=f"other-{i}", title=f"other {i}", text="") for i in range(10)]
+
+    def retriever(query, k):  # ranks one gold paragraph first: the oracle must not show it twice
+        gold = OracleRetriever(examples, gold_only=True)(query, 1)[0]
+        return [gold, *ranked][:k]
+
+    retriever.corpus = {"sha256": "abc", "passages": 11}
+    oracle = OracleRetriever(examples, gold_only=True, distractors=retriever)
+    got = oracle(example.question, 5)
+    assert [p.title for p in got[: len(own)]] == [p["title"] for p in own]
+    assert [p.id for p in got[len(own) :]] == [f"other-{i}" for i in range(5 - len(own))]
+    assert len(oracle(example.question, 1)) == len(own)  # never fewer than the gold paragraphs
+    assert oracle("a sub-question nobody asked", 5) == []
+    assert oracle.identity == "oracle-distractors" and oracle.corpus == retriever.corpus
+
+
+def test_distractors_pad_only_the_gold_paragraphs():
+    import pytest
+
+    with pytest.raises(ValueError, match="gold_only=True"):
+        OracleRetriever(load_jsonl(FIXTURE)[:1], gold_only=False, distractors=lambda query, k: [])

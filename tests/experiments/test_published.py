@@ -6,8 +6,9 @@ from doubles import SCRIPT, scripted_lm
 
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
+from ragscale.experiments.oracle import OracleRetriever
 from ragscale.experiments.published import KEPT, MANIFEST, load, publish, table
-from ragscale.experiments.runner import run_experiment
+from ragscale.experiments.runner import load_examples, run_experiment
 
 
 def test_published_records_give_back_the_summary_and_the_table_pairs_them_against_the_baseline(tmp_path, data_dir):
@@ -17,10 +18,13 @@ def test_published_records_give_back_the_summary_and_the_table_pairs_them_agains
         run_experiment(RunConfig(method=method, **common), lm=scripted_lm(SCRIPT), progress=False)
         for method in ("closed-book", "rag")
     ]
+    config = RunConfig(method="rag", **common)
+    oracle = OracleRetriever(load_examples(config)[1], gold_only=True)  # an oracle row is told apart from RAG
+    summaries.append(run_experiment(config, lm=scripted_lm(SCRIPT), retriever=oracle, progress=False))
     folder = publish(runs, [s["mlflow_run_id"] for s in summaries], tmp_path / "published", command="pytest")
 
     manifest, records = load(folder)
-    assert list(records) == ["closed-book-none", "rag-none"] and manifest["command"] == "pytest"
+    assert list(records) == ["closed-book-none", "rag-none", "oracle-gold-none"] and manifest["command"] == "pytest"
     assert manifest["machine"]["cpu"] and manifest["runs"]["rag-none"]["params"]["docs"] == "2"
     for summary, rows in zip(summaries, records.values(), strict=True):
         assert all(set(row) == set(KEPT) for row in rows)
@@ -42,3 +46,4 @@ def test_published_records_give_back_the_summary_and_the_table_pairs_them_agains
         lines[3].startswith(f"| rag | none | {rag['em']:.1f} | ")
         and f"| {rag['f1']:.1f} | {rag['acc']:.1f} |" in lines[3]
     )
+    assert lines[4].startswith(f"| oracle-gold | none | {summaries[2]['em']:.1f} | ")

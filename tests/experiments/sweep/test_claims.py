@@ -105,9 +105,9 @@ def test_without_per_question_scores_a_comparison_is_not_shown_and_says_so():
 
 def test_the_oracle_rows_are_set_against_the_grids_best_at_its_largest_budget_and_against_each_other():
     rows = [row("rag", 5, 0, 0, 30, 800), row("iterdrag", 5, 2, 2, 35, 6000)]
-    gold, every = row("oracle-gold", 0, 0, 0, 50, 400), row("oracle-all", 0, 0, 0, 20, 1600)
+    gold, every = row("oracle-gold", 0, 0, 0, 50, 400), row("oracle-distractors", 50, 0, 0, 20, 1600)
     found = check_claims(rows, [1000, 8000], None, scores_of([*rows, gold, every]), oracle=[gold, every])
     bound, distractors = found[-2:]
     assert bound["pairs"][0]["b"] == "iterdrag k=5 m=2 n=2" and bound["pairs"][0]["diff"] == 15.0
     assert (bound["verdict"], distractors["verdict"]) == ("held", "held")
-    assert distractors["here"].startswith("oracle-gold 50.0 (400 tokens) - oracle-all 20.0 (1,600)")
+    assert distractors["here"].startswith("oracle-gold 50.0 (400 tokens) - oracle-distractors 20.0 (1,600)")

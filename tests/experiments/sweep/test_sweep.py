@@ -298,7 +298,7 @@ def test_a_folder_without_its_scores_names_the_missing_file(copied_folder):
 
 def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
     result, _, runs_dir = swept
-    assert [r.method for r in result.oracle] == ["oracle-gold", "oracle-all"]
+    assert [r.method for r in result.oracle] == ["oracle-gold", "oracle-distractors"]
     client = tracking.client(runs_dir)
     for r in result.oracle:
         assert client.get_run(r.run_id).data.tags["mlflow.parentRunId"] == result.parent_run_id
