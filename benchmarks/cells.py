@@ -39,7 +39,7 @@ class Cells:
         self.out_dir, self.threads, self.gepa_budget, self.prefix = out_dir, threads, gepa_budget, prefix
         self.runs_dir = runs_dir or out_dir.parent
         self.corpus = corpus  # --corpus of every cell; None: each dataset's own
-        self._lms: dict[tuple[str, int | None, str | None], object] = {}
+        self._lms: dict[tuple[str, int | None, str | None, str | None], object] = {}
         out_dir.mkdir(parents=True, exist_ok=True)
 
     def path(self, dataset: str, row: str, optimizer: str) -> Path:
@@ -51,13 +51,13 @@ class Cells:
         path = self.path(dataset, row, optimizer)
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
-    def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None):
+    def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None, decode: str | None = None):
         from ragscale.experiments.runner import load_named_lm
 
-        key = (name, max_tokens, api_base)
+        key = (name, max_tokens, api_base, decode)
         if key not in self._lms:
             extra = {"max_tokens": max_tokens} if max_tokens else {}
-            self._lms[key] = load_named_lm(name, cache=False, api_base=api_base, **extra)
+            self._lms[key] = load_named_lm(name, cache=False, api_base=api_base, decode=decode, **extra)
         return self._lms[key]
 
     def run(self, dataset: str, row: str, optimizer: str) -> dict:
@@ -67,7 +67,7 @@ class Cells:
             return summary
         from ragscale.experiments.config import RunConfig
         from ragscale.experiments.oracle import OracleRetriever
-        from ragscale.experiments.runner import build_retriever_for, load_examples, run_experiment
+        from ragscale.experiments.runner import TEACHER_DECODE, build_retriever_for, load_examples, run_experiment
         from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 
         oracle = row in ORACLE_ROWS
@@ -93,7 +93,7 @@ class Cells:
         )
         teacher = None
         if taught:  # GEPA's teacher reflects: room for a rewritten instruction (the engine is shared)
-            teacher = self._lm(self.teacher_name, 1024 if optimizer == "gepa" else None)
+            teacher = self._lm(self.teacher_name, 1024 if optimizer == "gepa" else None, decode=TEACHER_DECODE)
         retriever = None
         if oracle:
             train, evalset = load_examples(config)

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     import dspy
 
     from ragscale.data import load_split
-    from ragscale.experiments.runner import load_named_lm
+    from ragscale.experiments.runner import TEACHER_DECODE, load_named_lm
     from ragscale.optimizers.graders import compile_graders, grade_examples
     from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
     from ragscale.programs.calibration import CalibratedPredict
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.signatures import Grade
 
     lm = load_named_lm(args.lm, cache=False)
-    teacher = load_named_lm(args.teacher, cache=False) if args.teacher else None
+    teacher = load_named_lm(args.teacher, cache=False, decode=TEACHER_DECODE) if args.teacher else None
     adapter = make_adapter("field")
     train = load_split("hotpotqa", "train")[: args.train_limit]
     dev = grade_examples(load_split("hotpotqa", "dev")[: args.limit])

@@ -58,14 +58,22 @@ class RunFailedError(RuntimeError):
     """Too many of a run's questions failed for its scores to mean anything; the run is marked FAILED."""
 
 
+TEACHER_DECODE = "hf"
+"""How a teacher's (and a reflection LM's) decode steps run: transformers' forward. A teacher answers a few dozen
+training questions once; compiling its decode graphs would cost a minute and a copy of its weights per batch size,
+memory the reader's own graphs then could not have."""
+
+
 def load_named_lm(
-    name: str, *, api_base: str | None = None, max_tokens: int = 256, cache: bool = True, weights: str | None = None
-):
+    name: str, *, api_base: str | None = None, max_tokens: int = 256, cache: bool = True, weights: str | None = None,
+    decode: str | None = None,
+):  # fmt: skip
     """``load_lm(name)``; an unknown or unusable LM name becomes a ConfigError naming it."""
     from ragscale.programs.lm import load_lm
 
+    local = {"decode": decode} if decode and not name.startswith("openai/") else {}
     try:
-        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, weights=weights)
+        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, weights=weights, **local)
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(f"--lm {name!r}: {exc}") from exc
 
@@ -295,11 +303,15 @@ def run_experiment(
                                 api_base=config.teacher_api_base,
                                 max_tokens=config.max_tokens,
                                 weights=config.weights,
+                                decode=TEACHER_DECODE,
                             )
                         reflection_lm = None
                         if config.reflection_lm is not None:
                             reflection_lm = load_named_lm(  # room for a rewritten instruction
-                                config.reflection_lm, max_tokens=max(config.max_tokens, 1024), weights=config.weights
+                                config.reflection_lm,
+                                max_tokens=max(config.max_tokens, 1024),
+                                weights=config.weights,
+                                decode=TEACHER_DECODE,
                             )
                         program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
                 cost = {

@@ -69,6 +69,7 @@ def load_lm(
     dtype: str | None = None,
     max_batch_size: int = 8,
     weights: str | None = None,
+    decode: str | None = None,
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` for a preset (``PRESETS``), a model directory, a ``.gguf`` file, or ``openai/<model>``.
@@ -78,7 +79,8 @@ def load_lm(
     (``ragscale.process``): the model hub and the price map are not contacted.
     ``openai/<model>`` needs ``api_base`` (e.g. ``http://localhost:8000/v1``) and accepts ``context_window=N``.
     ``weights`` is :func:`~ragscale.programs.lm.models.load_model`'s: the layout of the linear layers on CPU
-    (``WEIGHTS``). Other keyword arguments become default request parameters of the LM.
+    (``WEIGHTS``). ``decode`` is how a local model's decode steps run (``step.DECODE_WAYS``; default
+    ``engine.decode_way()``). Other keyword arguments become default request parameters of the LM.
     """
     go_offline()
     if cache:
@@ -95,7 +97,7 @@ def load_lm(
     from ragscale.programs.lm.engine import TorchEngine
 
     engine: TorchEngine = TorchEngine.shared(
-        name, device=device, dtype=dtype, max_batch_size=max_batch_size, weights=weights
+        name, device=device, dtype=dtype, max_batch_size=max_batch_size, weights=weights, decode=decode
     )
     return MeteredLM(
         f"local/{name}", engine=engine, num_retries=0, context_window=engine.context_window, **common, **kwargs

@@ -169,16 +169,17 @@ class TorchEngine:
         dtype: str | None = None,
         max_batch_size: int = 8,
         weights: str | None = None,
+        decode: str | None = None,
     ) -> TorchEngine:
         """The engine of a model loaded once per process: the same model, device, dtype, batch size, weight
         layout (the one ``weights`` means, ``models.layout_for``: the default, ``auto`` and the layout they name
-        are one) and decode way (:func:`decode_way`) give the same engine (weights and worker shared).
-        ``load_model`` says what the arguments mean."""
+        are one) and decode way (``decode``, else :func:`decode_way`) give the same engine (weights and worker
+        shared). ``load_model`` says what the arguments mean."""
         from ragscale.programs.lm.models import layout_for, load_model, pick_device_dtype, resolve
 
         picked_device, torch_dtype = pick_device_dtype(device, dtype)
         layout = layout_for(weights, picked_device, torch_dtype)
-        decode = decode_way()
+        decode = decode or decode_way()
         key = (str(resolve(name)), picked_device, str(torch_dtype), max_batch_size, layout, decode)
         with _SHARED_LOCK:
             if key not in _SHARED:

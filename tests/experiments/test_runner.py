@@ -223,7 +223,7 @@ def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, da
     loaded = []
 
     def load(name, **settings):
-        loaded.append((name, settings["api_base"]))
+        loaded.append((name, settings["api_base"], settings["decode"]))
         raise RuntimeError("stop after loading")
 
     monkeypatch.setattr(runner, "load_named_lm", load)
@@ -232,7 +232,16 @@ def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, da
     )
     with pytest.raises(RuntimeError, match="stop after loading"):
         run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
-    assert loaded == [("openai/teacher", "http://teacher:8000/v1")]
+    assert loaded == [("openai/teacher", "http://teacher:8000/v1", runner.TEACHER_DECODE)]
+
+
+def test_a_local_teacher_decodes_without_compiled_graphs_and_a_server_takes_no_decode_way():
+    from ragscale.experiments.runner import TEACHER_DECODE, load_named_lm
+
+    teacher = load_named_lm("smollm2-135m", cache=False, decode=TEACHER_DECODE)
+    assert teacher.engine.batcher.decoder.way == "hf" and teacher.engine is not load_named_lm("smollm2-135m").engine
+    server = load_named_lm("openai/teacher", api_base="http://teacher:8000/v1", decode=TEACHER_DECODE)
+    assert server.model == "openai/teacher"  # a server decodes as it was started; the way is not passed on
 
 
 def test_a_traced_run_links_one_trace_per_question_with_its_lm_calls_as_spans(tmp_path, data_dir):
