@@ -54,6 +54,7 @@ from ragscale.experiments.sweep import allocation, scores
 from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
 from ragscale.experiments.sweep.grid import Grid, Point, format_size, point_config
+from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.ledger import (
     ALLOCATION,
     ESTIMATE_TAG,
@@ -471,16 +472,18 @@ def run_sweep(
                 if "estimate_basis" not in found:  # ran before estimates were kept: this one was made after it ran
                     row["estimate_basis"] += ", made after it ran"
                 rows.append(Row.from_json(row, source=f"{sweep_dir / LEDGER} {item.key}"))
-        table = budget_table(rows, grid.budgets)
         fitted = fit_allocation(rows, grid.budgets, base.dataset)
         claims: list[dict] = []
         per_question: dict[str, dict[str, float]] | None = None
+        held_out = None
         try:
             per_question = scores.collect(base.runs_dir, [*rows, *oracle])
+            held_out = HeldOut(lambda row: per_question.get(row.run_id), rows)
             claims = check_claims(rows, grid.budgets, fitted, per_question.get, oracle=oracle)
         except Exception as exc:  # the tables, the plot and the model are still written; the report says why not
             log.exception("the paper's claims were not checked")
             report(f"the paper's claims were not checked: {type(exc).__name__}: {exc}")
+        table = budget_table(rows, grid.budgets, held_out)
         results = {
             "grid": asdict(grid),
             "rows": [r.to_json() for r in rows],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from ragscale.experiments.sweep.claims import check_claims, format_claims
@@ -17,9 +19,13 @@ def row(method, docs, shots, iterations, acc, tokens):
     )  # fmt: skip
 
 
+QUESTIONS = sorted((f"q{i}" for i in range(N)), key=lambda i: hashlib.sha256(i.encode()).hexdigest())
+
+
 def scores_of(rows):
-    """Each run right on its first `acc` questions: a higher score is right wherever a lower one is."""
-    by_run = {r.run_id: {f"q{i}": 100.0 * (i < r.acc) for i in range(N)} for r in rows}
+    """Each run right on its first `acc` questions in the order ``HeldOut`` deals them to its halves, so an even
+    `acc` is its EM on either half too; a higher score is right wherever a lower one is."""
+    by_run = {r.run_id: {q: 100.0 * (i < r.acc) for i, q in enumerate(QUESTIONS)} for r in rows}
     return by_run.get
 
 
@@ -108,6 +114,31 @@ def test_the_oracle_rows_are_set_against_the_grids_best_at_its_largest_budget_an
     gold, every = row("oracle-gold", 0, 0, 0, 50, 400), row("oracle-distractors", 50, 0, 0, 20, 1600)
     found = check_claims(rows, [1000, 8000], None, scores_of([*rows, gold, every]), oracle=[gold, every])
     bound, distractors = found[-2:]
-    assert bound["pairs"][0]["b"] == "iterdrag k=5 m=2 n=2" and bound["pairs"][0]["diff"] == 15.0
+    # the grid's best is compared on the half it was not chosen on: there IterDRAG's 35 is 17 of 50 right
+    assert bound["pairs"][0]["b"] == "iterdrag k=5 m=2 n=2" and bound["pairs"][0]["diff"] == 16.0
     assert (bound["verdict"], distractors["verdict"]) == ("held", "held")
     assert distractors["here"].startswith("oracle-gold 50.0 (400 tokens) - oracle-distractors 20.0 (1,600)")
+
+
+def test_the_best_is_chosen_on_one_half_of_the_questions_and_reported_on_the_other():
+    from ragscale.experiments.sweep.heldout import HeldOut
+    from ragscale.experiments.sweep.report import budget_table
+
+    choosing, reporting = QUESTIONS[0::2], QUESTIONS[1::2]
+    lucky, steady = row("rag", 5, 0, 0, 50, 800), row("drag", 5, 2, 0, 48, 900)
+    scores = {
+        lucky.run_id: {q: 100.0 * (q in choosing) for q in QUESTIONS},  # right on every choosing question only
+        steady.run_id: {q: 100.0 * (i < 48) for i, q in enumerate(QUESTIONS)},
+    }
+    held_out = HeldOut(lambda r: scores[r.run_id], [lucky, steady])
+    assert (held_out.choosing, held_out.reporting) == (frozenset(choosing), frozenset(reporting))
+    assert held_out.best_within([lucky, steady], 1000) is lucky  # 100 on the choosing half, against 48
+    assert (held_out.em(lucky), held_out.em(steady)) == (0.0, 48.0)
+
+    (best,) = [r for r in budget_table([lucky, steady], [1000], held_out) if r["method"] == "best"]
+    assert (best["config"], best["em_held_out"], best["em"]) == ("rag k=5 m=0", 0.0, 50.0)
+    gold = row("oracle-gold", 0, 0, 0, 60, 400)
+    scores[gold.run_id] = scores_of([gold])(gold.run_id)
+    found = check_claims([lucky, steady], [1000], None, scores.get, oracle=[gold])
+    (bound,) = [c for c in found if c["claim"].startswith("retrieval bounds")]
+    assert bound["pairs"][0]["held_out"] and bound["pairs"][0]["n"] == N // 2 and bound["pairs"][0]["b_em"] == 0.0
