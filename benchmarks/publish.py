@@ -6,8 +6,8 @@
 The first form copies the runs (by default the latest FINISHED run of each method, or oracle row, x optimizer in the
 store) to ``benchmarks/results/NAME/`` (``ragscale.experiments.published.publish``: the records gzip-compressed, a
 manifest with the command, machine, date and commit) and prints the table; the second prints the table from the
-committed folder alone. The README's demo table is ``--name demo-qwen2.5-coder-0.5b --baseline closed-book-none
---table``, and ``tests/test_readme.py`` checks that the README shows exactly that.
+committed folder alone; a page cites it through a directive (``ragscale.experiments.pages``), which
+``python benchmarks/pages.py`` renders.
 """
 
 from __future__ import annotations

@@ -80,30 +80,49 @@ def load(folder: Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
     return manifest, records
 
 
-def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> str:
-    """The markdown table of the runs in ``folder`` against the run named ``baseline``, every number but questions
-    per minute re-derived from the records (see the module docstring)."""
+def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Each run in ``folder`` by name: its params, its scores re-derived from its records
+    (``evaluate.record_scores``), its questions per minute (the manifest's, a timing), and its EM against the run
+    named ``baseline``, paired over question ids and adjusted with the folder's other differences as one family
+    (``ci``: None for the baseline)."""
     from ragscale.experiments import family
-    from ragscale.experiments.compare import format_ci, paired_bootstrap
+    from ragscale.experiments.compare import paired_bootstrap
 
     manifest, records = load(folder)
+    if baseline not in records:
+        raise KeyError(f"{folder}: no run named {baseline!r}; its runs: {', '.join(records)}")
     em = {name: {r["id"]: 100.0 * r["em"] for r in rows} for name, rows in records.items()}
     names = list(records)
     cis = family.adjust(
         [None if name == baseline else paired_bootstrap(em[name], em[baseline], resamples=resamples, seed=seed)
          for name in names]
     )  # fmt: skip
+    return {
+        name: {
+            "params": manifest["runs"][name]["params"],
+            "scores": record_scores(records[name]),
+            "questions_per_minute": manifest["runs"][name]["metrics"]["questions_per_minute"],
+            "ci": ci,
+        }
+        for name, ci in zip(names, cis, strict=True)
+    }
+
+
+def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> str:
+    """The markdown table of the runs in ``folder`` against the run named ``baseline``, every number but questions
+    per minute re-derived from the records (``compared``)."""
+    from ragscale.experiments.compare import format_ci
+
     lines = [
         "| method | optimizer | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q | effective context / q "
         "| q / min |",
         "|---|---|--:|---|--:|--:|--:|--:|--:|--:|",
     ]
-    for name, ci in zip(names, cis, strict=True):
-        scores, params = record_scores(records[name]), manifest["runs"][name]["params"]
+    for name, run in compared(folder, baseline, resamples=resamples, seed=seed).items():
+        scores, params = run["scores"], run["params"]
         recall = "" if scores["retrieval_recall"] is None else f"{scores['retrieval_recall']:.1f}"
-        qpm = manifest["runs"][name]["metrics"]["questions_per_minute"]
-        cells = [row_of(params), params["optimizer"], f"{scores['em']:.1f}", format_ci(ci, name == baseline),
+        cells = [row_of(params), params["optimizer"], f"{scores['em']:.1f}", format_ci(run["ci"], name == baseline),
                  f"{scores['f1']:.1f}", f"{scores['acc']:.1f}", recall, f"{scores['lm_calls_per_question']:.2f}",
-                 f"{scores[EFFECTIVE_CONTEXT]:,.0f}", f"{qpm:.1f}"]  # fmt: skip
+                 f"{scores[EFFECTIVE_CONTEXT]:,.0f}", f"{run['questions_per_minute']:.1f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

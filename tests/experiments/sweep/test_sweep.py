@@ -250,7 +250,7 @@ def test_the_table_has_the_best_configuration_per_method_and_overall_within_each
         assert all(e[EFFECTIVE_CONTEXT] <= budget for e in entries)
 
 
-def test_the_papers_claims_are_checked_with_paired_cis_over_the_runs_own_questions_a_chosen_best_on_half(swept, examples):
+def test_the_claims_pair_runs_over_their_questions_and_a_chosen_best_over_its_held_out_half(swept, examples):
     result, _, _ = swept
     stored = json.loads((result.sweep_dir / "results.json").read_text())
     claims = {c["claim"].split(",")[0]: c for c in stored["claims"]}

@@ -1,0 +1,147 @@
+"""Pages whose every result is written from committed files: the directives of a markdown page, rendered.
+
+A page cites a result through a directive, an HTML comment (invisible where the page is read) that says where the
+result comes from, followed by the text it writes and a closing comment::
+
+    <!--= table methods-hotpotqa-qwen2.5-coder-0.5b rag-none -->
+
+    | method | optimizer | EM | ...
+
+    <!--/-->
+
+or inline: ``RAG answers <!--= em methods-hotpotqa-qwen2.5-coder-0.5b rag-none -->23.0<!--/--> EM``. Each
+directive names a published folder under ``benchmarks/results/`` (``published.py``) and reads only its files, every
+score re-derived from the per-question records:
+
+- ``table FOLDER BASELINE``: the folder's comparison table (``published.table``);
+- ``em``, ``f1``, ``acc``, ``recall``, ``context``, ``calls``, ``n`` ``FOLDER RUN``: one run's score;
+- ``diff FOLDER RUN BASELINE``: its EM minus the baseline's with the paired 95% CI, adjusted with the folder's other
+  differences against that baseline as in the table (``published.compared``);
+- ``share`` and ``mean`` ``FOLDER RUN NAME``: the mean of one of its behaviour values (``Method.behaviour``) as a
+  percentage of questions, or as a number;
+- ``qpm FOLDER RUN``, ``seconds FOLDER RUN METRIC``: its questions per minute, or a timing the manifest holds
+  (``wall_s``, ``index_s``, ``compile_s``, ...);
+- ``made FOLDER``: the date and machine (CPU model and code-path flags) the folder's runs were made on;
+- ``command FOLDER``: the command that made them.
+
+``render`` rewrites the text of every directive of a page; ``python benchmarks/pages.py`` rewrites ``PAGES`` in
+place, and ``tests/test_pages.py`` checks that each page is what ``render`` gives and that no result-shaped number
+(``typed_numbers``: a decimal, a percentage, a CI) stands outside a directive on the pages written this way
+(``WRITTEN``). A number changed by hand, or a committed file changed without its page, fails there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+PAGES = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md")
+"""The pages whose directives ``benchmarks/pages.py`` renders and ``tests/test_pages.py`` checks."""
+WRITTEN = ("README.md",)
+"""The pages on which every result-shaped number is a directive's."""
+
+DIRECTIVE = re.compile(r"<!--= (?P<expr>[^>]*?) -->(?P<text>.*?)<!--/-->", re.S)
+RESULT_SHAPED = re.compile(r"(?<![\w.\-/=§])[+-]?\d+\.\d+(?![\w.])|(?<![\w.])\d+(?:\.\d+)?%")
+NOT_RESULTS = re.compile(r"95% CI|95% confidence|Python \d+\.\d+")
+"""Result-shaped text that states no result: the confidence level of every CI, a Python version."""
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+SCORES = {
+    "em": ("em", "{:.1f}"),
+    "f1": ("f1", "{:.1f}"),
+    "acc": ("acc", "{:.1f}"),
+    "recall": ("retrieval_recall", "{:.1f}"),
+    "context": ("effective_context_tokens_per_question", "{:,.0f}"),
+    "calls": ("lm_calls_per_question", "{:.2f}"),
+    "n": ("n", "{:d}"),
+}
+
+
+class DirectiveError(ValueError):
+    """A directive that names no known kind, folder or run; the message says which and where."""
+
+
+@cache
+def _compared(folder: str, baseline: str) -> dict:
+    from ragscale.experiments.published import compared
+
+    return compared(RESULTS / folder, baseline)
+
+
+@cache
+def _loaded(folder: str) -> tuple[dict, dict]:
+    from ragscale.experiments.published import load
+
+    return load(RESULTS / folder)
+
+
+@cache
+def _scores(folder: str, run: str) -> dict:
+    from ragscale.experiments.evaluate import record_scores
+
+    records = _loaded(folder)[1]
+    if run not in records:
+        raise DirectiveError(f"{folder}: no run named {run!r}; its runs: {', '.join(records)}")
+    return record_scores(records[run])
+
+
+def value(expr: str) -> str:
+    """The text the directive ``expr`` writes (see the module docstring)."""
+    from ragscale.experiments.compare import format_ci
+    from ragscale.experiments.published import table
+
+    kind, *args = expr.split()
+    arity = {
+        "table": 2, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3, "made": 1, "command": 1,
+        **{k: 2 for k in SCORES},
+    }  # fmt: skip
+    if kind not in arity:
+        raise DirectiveError(f"unknown directive {kind!r}; valid: {', '.join(sorted(arity))}")
+    if len(args) != arity[kind]:
+        raise DirectiveError(f"{kind} takes {arity[kind]} argument(s), got {args}")
+    if not (RESULTS / args[0]).is_dir():
+        raise DirectiveError(f"no folder {args[0]!r} under {RESULTS}")
+    if kind == "table":
+        return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
+    if kind == "diff":
+        return format_ci(_compared(args[0], args[2])[args[1]]["ci"])
+    if kind in ("share", "mean"):
+        found = _scores(args[0], args[1])["behaviour"][args[2]]
+        return f"{100 * found:.0f}%" if kind == "share" else f"{found:.2f}"
+    manifest = _loaded(args[0])[0]
+    if kind == "qpm":
+        return f"{manifest['runs'][args[1]]['metrics']['questions_per_minute']:.1f}"
+    if kind == "seconds":
+        return f"{manifest['runs'][args[1]]['metrics'][args[2]]:,.0f}"
+    if kind == "made":
+        machine = manifest["machine"]
+        return f"{manifest['date']} on {machine['cpu']} with {machine['cpu_flags']}"
+    if kind == "command":
+        return manifest["command"]
+    key, fmt = SCORES[kind]
+    return fmt.format(_scores(*args)[key])
+
+
+def render(text: str, where: str = "page", value: Callable[[str], str] = value) -> str:
+    """``text`` with every directive's text written anew by ``value``; a bad directive raises naming the line."""
+
+    def written(match: re.Match) -> str:
+        try:
+            return f"<!--= {match['expr']} -->{value(match['expr'])}<!--/-->"
+        except (DirectiveError, KeyError) as exc:
+            line = text.count("\n", 0, match.start()) + 1
+            raise DirectiveError(f"{where}:{line}: <!--= {match['expr']} -->: {exc}") from exc
+
+    return DIRECTIVE.sub(written, text)
+
+
+def typed_numbers(text: str) -> list[tuple[int, str]]:
+    """The result-shaped numbers (decimals, percentages) of ``text`` outside its directives and code, with their
+    line numbers: on a page in ``WRITTEN`` each one is a result typed by hand."""
+    outside = DIRECTIVE.sub(lambda m: " " * len(m[0].replace("\n", "")) + "\n" * m[0].count("\n"), text)
+    for hidden in (CODE, NOT_RESULTS):
+        outside = hidden.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), outside)
+    return [(outside.count("\n", 0, m.start()) + 1, m[0]) for m in RESULT_SHAPED.finditer(outside)]

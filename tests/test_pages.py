@@ -1,0 +1,37 @@
+"""The pages cite only what the committed results give: each page is what its directives render from
+``benchmarks/results/``, a changed number or a changed file fails, and the written pages type no result by hand."""
+
+import pytest
+
+from ragscale.experiments.pages import PAGES, REPO, WRITTEN, DirectiveError, render, typed_numbers
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_result_a_page_cites_is_what_the_committed_files_give(page):
+    text = (REPO / page).read_text(encoding="utf-8")
+    assert render(text, page) == text, f"{page} differs from its files: run python benchmarks/pages.py"
+
+
+@pytest.mark.parametrize("page", WRITTEN)
+def test_a_written_page_types_no_result_by_hand(page):
+    assert typed_numbers((REPO / page).read_text(encoding="utf-8")) == []
+
+
+def test_a_changed_number_fails_and_a_bad_directive_names_its_line():
+    demo = "demo-qwen2.5-coder-0.5b"
+    page = f"RAG: <!--= em {demo} rag-none -->27.0<!--/--> EM\n<!--= diff {demo} rag-none closed-book-none -->x<!--/-->"
+    written = render(page)
+    assert written.startswith("RAG: <!--= em") and "-->27.0<!--/--> EM" in written
+    assert "-->+19.0 [+11.0, +27.0] *<!--/-->" in written  # the table's CI, adjusted with its family
+    assert render(written.replace("27.0", "28.0", 1)) != written.replace("27.0", "28.0", 1)
+    with pytest.raises(DirectiveError, match=r"page:2: .*no run named 'rag-bootstrap'"):
+        render(f"line one\n<!--= em {demo} rag-bootstrap -->x<!--/-->")
+    with pytest.raises(DirectiveError, match=r"unknown directive 'median'; valid: .*table"):
+        render(f"<!--= median {demo} rag-none -->x<!--/-->")
+    with pytest.raises(DirectiveError, match="no folder 'nowhere'"):
+        render("<!--= em nowhere rag-none -->x<!--/-->")
+
+
+def test_result_shaped_numbers_outside_directives_and_code_are_found_with_their_lines():
+    text = "EM 27.0 here\n<!--= em f r -->31.5<!--/--> and `--temperature 0.7` and a 95% CI\n```\n1.25\n```\n92% asked"
+    assert typed_numbers(text) == [(1, "27.0"), (6, "92%")]
