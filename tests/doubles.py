@@ -224,7 +224,7 @@ class TokenizerEngine:
         prompt = self.render_messages(request_messages(request))
         tail = prompt.rsplit("\n", 1)[-1]
         if tail.startswith("follow_up"):
-            asked = prompt.count("Q: Which")
+            asked = prompt.rsplit("follow_ups", 1)[-1].count("Q: Which")  # this question's, not a demo's
             text = f" Which year is meant in step {asked + 1}?" if asked < N_ITERATIONS_SCRIPTED else " none"
         else:
             asked = prompt.rsplit("question: ", 1)[-1]
@@ -240,7 +240,8 @@ class TokenizerEngine:
 
 
 def tokenizer_lm(tokenizer, examples=None) -> MeteredLM:
-    """A metered LM on a ``TokenizerEngine``; ``examples`` (train, dev) give the reader its gold answers."""
-    golds = {ex.question: ex.answers[0] for ex in examples[1]} if examples else None
+    """A metered LM on a ``TokenizerEngine``; ``examples`` (train, dev) give the reader its gold answers, on the
+    train questions too, so a bootstrapped trace can pass the metric."""
+    golds = {ex.question: ex.answers[0] for split in examples for ex in split} if examples else None
     engine = TokenizerEngine(tokenizer, golds)
     return MeteredLM("local/scripted", engine=engine, cache=False, num_retries=0, context_window=8192)

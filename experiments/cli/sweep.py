@@ -12,6 +12,7 @@ from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, ConfigError, RunC
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 from ragscale.experiments.sweep.grid import (
+    CHAIN_OPTIMIZER,
     DEFAULT_BUDGETS,
     DEFAULT_DOCS,
     DEFAULT_ITERATIONS,
@@ -20,8 +21,10 @@ from ragscale.experiments.sweep.grid import (
     METHODS,
     Grid,
     format_size,
+    grid_points,
     parse_ints,
     parse_size,
+    point_config,
 )
 from ragscale.programs import method_named
 
@@ -76,7 +79,15 @@ def add_sweep(subparsers) -> None:
         default=DEFAULTS["train_limit"],
         help=with_default("train questions for demos", "train_limit"),
     )
-    sweep.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="labeled", help="teleprompter for shots")
+    sweep.add_argument(
+        "--optimizer",
+        choices=sorted(OPTIMIZERS),
+        default="labeled",
+        help="teleprompter for shots (default: labeled; IterDRAG's chains are bootstrapped whenever it is labeled)",
+    )
+    sweep.add_argument(
+        "--teacher", help="runs the teacher program of the bootstrapped demonstrations, e.g. qwen2.5-coder-1.5b"
+    )
     sweep.add_argument(
         "--docs-per-demo", dest="docs_per_demo", type=int, help="documents per demonstration (default: k, the paper's)"
     )
@@ -145,16 +156,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # the corpus must hold the grid's largest k, unless no method of the sweep retrieves
     retrieves = [method for method in grid.methods if method_named(method).retrieves]
     check_inputs(replace(base, method=(retrieves or grid.methods)[0], docs=max(grid.docs)))
+    if args.teacher is not None:
+        taught = [p for p in grid_points(grid) if point_config(base, p, teacher=args.teacher).teacher is not None]
+        if not taught:
+            raise ConfigError(
+                f"--teacher {args.teacher}: no configuration of this sweep runs a teacher program (it teaches "
+                f"IterDRAG's chains, or every method with --optimizer {CHAIN_OPTIMIZER})"
+            )
+        check_inputs(point_config(base, taught[0], teacher=args.teacher))
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
     if args.plan_only:
-        plan_only(grid, base, docs_per_demo=args.docs_per_demo, report=print)
+        plan_only(grid, base, docs_per_demo=args.docs_per_demo, teacher=args.teacher, report=print)
         return 0
     start = time.perf_counter()
     result = run_sweep(
         grid,
         base,
         docs_per_demo=args.docs_per_demo,
+        teacher=args.teacher,
         parallel_runs=args.parallel_runs,
         progress=args.progress,
         report=print,

@@ -229,7 +229,10 @@ class ContextEstimator:
 
     def program(self, point: Point, docs_per_demo: int | None = None):
         """The point's program over the stand-in retriever, with the demonstrations the ``labeled`` teleprompter
-        gives it (``docs_per_demo`` documents each, by default the point's k); built once per point."""
+        gives it (``docs_per_demo`` documents each, by default the point's k); built once per point. A method that
+        iterates is taught chains (``grid.optimizer_of``): a training question without a decomposition stands in
+        for one (``_with_a_chain``), so its demonstrations have the shape of a bootstrapped chain: follow-ups asked,
+        the documents retrieved for each and its answer, then "none"."""
         from ragscale.optimizers.metrics import em_metric
         from ragscale.optimizers.teleprompters import compile_program
         from ragscale.programs import build_program
@@ -239,9 +242,12 @@ class ContextEstimator:
             program = build_program(point.method, self.stand_ins, k=k, iterations=max(point.iterations, 1))
             if point.shots and self.train:
                 per_demo = point.docs if docs_per_demo is None else docs_per_demo
+                train = self.train
+                if method_named(point.method).iterates:
+                    train = [_with_a_chain(example) for example in train]
                 program = compile_program(
                     program,
-                    self.train,
+                    train,
                     optimizer="labeled",
                     metric=em_metric,
                     shots=point.shots,
@@ -389,3 +395,18 @@ class Planner:
         speed = self.speed
         seconds = self.n_questions * speed.seconds(estimate.tokens, estimate.output_tokens) if speed else float("nan")
         return estimate, seconds
+
+
+STAND_IN_HOPS = 2
+"""The steps of a stand-in chain: the hops of a two-hop question (HotpotQA's, 2WikiMultihopQA's)."""
+
+
+def _with_a_chain(example):
+    """``example`` with a decomposition of ``STAND_IN_HOPS`` steps (each its own question, answered by its gold
+    answer) when it has none."""
+    from ragscale.optimizers.metrics import gold_answers
+
+    if example.get("decomposition"):
+        return example
+    step = {"question": example.question, "answer": gold_answers(example)[0]}
+    return example.copy(decomposition=[step] * STAND_IN_HOPS)

@@ -96,8 +96,30 @@ def grid_points(grid: Grid) -> list[Point]:
     return list(dict.fromkeys(points))
 
 
-def point_config(base: RunConfig, point: Point, *, docs_per_demo: int | None = None) -> RunConfig:
-    """The run config of a point: k documents, m demonstrations of k documents each (or `docs_per_demo`)."""
+CHAIN_OPTIMIZER = "bootstrap"
+"""The teleprompter of an iterating method's demonstrations in a sweep whose optimizer is ``labeled``."""
+
+
+def optimizer_of(base: RunConfig, point: Point) -> str:
+    """A point's teleprompter: none without shots; for a method that iterates (IterDRAG), ``CHAIN_OPTIMIZER`` in
+    place of ``labeled``, since the paper's IterDRAG demonstrations show the sub-question chain (decompose,
+    answer_sub) the model generated (the teacher's, with ``--teacher``), and labels hold none where the data has no
+    decomposition; else the sweep's."""
+    if not point.shots:
+        return "none"
+    if base.optimizer == "labeled" and method_named(point.method).iterates:
+        return CHAIN_OPTIMIZER
+    return base.optimizer
+
+
+def point_config(
+    base: RunConfig, point: Point, *, docs_per_demo: int | None = None, teacher: str | None = None
+) -> RunConfig:
+    """The run config of a point: k documents, m demonstrations of k documents each (or `docs_per_demo`), taught
+    by ``optimizer_of``, whose teacher program runs on ``teacher`` (an LM name) when it runs one."""
+    from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
+
+    optimizer = optimizer_of(base, point)
     return replace(
         base,
         method=point.method,
@@ -105,6 +127,7 @@ def point_config(base: RunConfig, point: Point, *, docs_per_demo: int | None = N
         shots=point.shots,
         docs_per_demo=docs_per_demo if docs_per_demo is not None else point.docs,
         iterations=max(point.iterations, 1),
-        optimizer=base.optimizer if point.shots else "none",
+        optimizer=optimizer,
+        teacher=teacher if optimizer in TEACHER_OPTIMIZERS else None,
         run_name=None,
     )

@@ -52,6 +52,7 @@ def plan(
     ledger: Mapping[str, dict],
     speed: Speed | None,
     docs_per_demo: int | None = None,
+    teacher: str | None = None,
     tracked: Mapping[str, dict] | None = None,
     retriever=None,
     planner: Planner | None = None,
@@ -70,7 +71,7 @@ def plan(
     finished = {**(tracked or {}), **ledger}
     points = []
     for point in grid_points(grid):
-        config = point_config(base, point, docs_per_demo=docs_per_demo)
+        config = point_config(base, point, docs_per_demo=docs_per_demo, teacher=teacher)
         key = config_key(config, fingerprint)
         points.append((point, key, config.docs_per_demo))
         if key in finished:

@@ -42,18 +42,20 @@ from ragscale.experiments.files import write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.inputs import corpus_for
 from ragscale.experiments.runner import (
+    TEACHER_DECODE,
     build_program_for,
     build_retriever_for,
     compile_for,
     load_examples,
     load_lm_for,
+    load_named_lm,
     run_experiment,
 )
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation, scores
 from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
-from ragscale.experiments.sweep.grid import Grid, Point, format_size, point_config
+from ragscale.experiments.sweep.grid import Grid, Point, format_size, optimizer_of, point_config
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.ledger import (
     ALLOCATION,
@@ -230,8 +232,12 @@ def _setup(
     return _Setup(lm, train, evalset, retriever, ledger, tracked, speed)
 
 
-def _compile(base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train: Sequence, docs_per_demo: int | None):
-    """Compile ``point.method`` with ``point.shots`` demos once, with the grid's largest k (and n for IterDRAG)."""
+def _compile(
+    base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train: Sequence, docs_per_demo: int | None,
+    teacher: str | None = None, teacher_lm=None,
+):  # fmt: skip
+    """Compile ``point.method`` with ``point.shots`` demos once, with the grid's largest k (and n for IterDRAG), by
+    the point's teleprompter (``grid.optimizer_of``) running its teacher program on ``teacher_lm`` when given."""
     import dspy
 
     from ragscale.programs.lm import make_adapter
@@ -239,10 +245,10 @@ def _compile(base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train:
     widest = Point(
         point.method, max(grid.docs), point.shots, max(grid.iterations) if method_named(point.method).iterates else 0
     )
-    config = point_config(base, widest, docs_per_demo=docs_per_demo)
+    config = point_config(base, widest, docs_per_demo=docs_per_demo, teacher=teacher)
     adapter = make_adapter(base.adapter)
     with dspy.context(lm=lm, adapter=adapter):
-        return compile_for(config, build_program_for(config, retriever), train, lm, adapter)
+        return compile_for(config, build_program_for(config, retriever), train, lm, adapter, teacher_lm=teacher_lm)
 
 
 ORACLE_NOTE = (
@@ -309,6 +315,7 @@ def run_sweep(
     examples: tuple[Sequence, Sequence] | None = None,
     sweep_dir: Path | None = None,
     docs_per_demo: int | None = None,
+    teacher: str | None = None,
     speed: Speed | None = None,
     parallel_runs: int = 1,
     progress: bool = True,
@@ -328,6 +335,7 @@ def run_sweep(
 
     from ragscale.optimizers.context import ContextWindowError
     from ragscale.optimizers.demos import cap_demos
+    from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 
     if parallel_runs < 1:
         raise ConfigError(f"parallel_runs must be at least 1, got {parallel_runs}")
@@ -344,6 +352,7 @@ def run_sweep(
     planner = Planner.for_run(base, lm, train, evalset, retriever=got.retriever, speed=got.speed)
     planned = plan(
         grid, base, lm=lm, train=train, evalset=evalset, ledger=ledger, speed=got.speed, docs_per_demo=docs_per_demo,
+        teacher=teacher,
         tracked=tracked, retriever=got.retriever, planner=planner,
     )  # fmt: skip
     report(format_plan(planned, got.speed, len(evalset)) + (f"\n{ORACLE_NOTE}" if grid.baselines else ""))
@@ -361,6 +370,7 @@ def run_sweep(
             **{f"base.{k}": v for k, v in base.to_params().items()},
             "data_fingerprint": fingerprint,
             "docs_per_demo": str(docs_per_demo),
+            "teacher": str(teacher),
             "parallel_runs": str(parallel_runs),
         },
         tags={"dataset": base.dataset, "lm": base.lm},
@@ -374,21 +384,35 @@ def run_sweep(
     stopper = _Stopper()
     todo = [p for p in planned if p.status == "run"]
 
+    teachers: list = []  # the teacher LM (--teacher), loaded by the first compile that runs a teacher program
+
+    def teacher_lm():
+        if teacher is None:
+            return None
+        with shared:
+            if not teachers:
+                teachers.append(
+                    load_named_lm(teacher, max_tokens=base.max_tokens, weights=base.weights, decode=TEACHER_DECODE)
+                )
+            return teachers[0]
+
     def compiled_for(point: Point, replica) -> Any:
         group = (point.method, point.shots)
         with shared:
             group_lock = compiling.setdefault(group, threading.Lock())
         with group_lock:
             if group not in compiled:
+                taught = optimizer_of(base, point) in TEACHER_OPTIMIZERS
                 compiled[group] = _compile(
-                    base, point, grid, lm=replica, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo
-                )
+                    base, point, grid, lm=replica, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo,
+                    teacher=teacher, teacher_lm=teacher_lm() if taught else None,
+                )  # fmt: skip
             return compiled[group]
 
     def run_one(number: int, item: PlannedPoint) -> None:
         point = item.point
         name = f"[{number}/{len(todo)}] {point.label}"
-        config = point_config(base, point, docs_per_demo=docs_per_demo)
+        config = point_config(base, point, docs_per_demo=docs_per_demo, teacher=teacher)
         config = replace(config, run_name=f"{sweep_dir.name}-{point.label.replace(' ', '-').replace('=', '')}")
         with replicas.take() as index, dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper]):
             replica = replicas.lms[index]
@@ -536,8 +560,9 @@ def run_sweep(
 
 
 def plan_only(
-    grid: Grid, base: RunConfig, *, lm=None, docs_per_demo: int | None = None, report: Callable[[str], None] = log.info
-) -> list[PlannedPoint]:
+    grid: Grid, base: RunConfig, *, lm=None, docs_per_demo: int | None = None, teacher: str | None = None,
+    report: Callable[[str], None] = log.info,
+) -> list[PlannedPoint]:  # fmt: skip
     """The plan alone: loads the LM (of several servers, the first one's) for its tokenizer and, without earlier
     runs, two tiny timed calls, and the data; builds no persistent index (``_setup(index=False)``), compiles nothing,
     opens no MLflow run."""
@@ -550,7 +575,7 @@ def plan_only(
     got = _setup(grid, base, sweep_dir, lm=lm, index=False)
     planned = plan(
         grid, base, lm=lm, train=got.train, evalset=got.evalset, ledger=got.ledger, speed=got.speed,
-        docs_per_demo=docs_per_demo, tracked=got.tracked, retriever=got.retriever,
+        docs_per_demo=docs_per_demo, teacher=teacher, tracked=got.tracked, retriever=got.retriever,
     )  # fmt: skip
     oracle = f"\n{ORACLE_NOTE}" if grid.baselines else ""
     report(format_plan(planned, got.speed, len(got.evalset)) + oracle + f"\n(model loaded in {load_s:.0f} s)")

@@ -360,3 +360,11 @@ def test_a_sweep_with_no_methods_is_refused(methods, tmp_path, capsys):
     argv = ["sweep", "--dataset", "hotpotqa", "--lm", "smollm2-135m", "--methods", methods, "--plan-only"]
     err = refused([*argv, "--runs-dir", str(tmp_path / "runs")], capsys)
     assert "--methods" in err and "rag,drag,iterdrag" in err
+
+
+def test_a_sweep_teacher_that_would_teach_nothing_is_refused_and_an_unknown_one_is_named(tmp_path, capsys):
+    argv = ["sweep", "--dataset", "hotpotqa", "--lm", "smollm2-135m", "--plan-only", "--runs-dir", str(tmp_path)]
+    err = refused([*argv, "--methods", "rag,drag", "--teacher", "qwen2.5-coder-1.5b"], capsys)
+    assert "--teacher qwen2.5-coder-1.5b" in err and "IterDRAG's chains" in err
+    err = refused([*argv, "--methods", "iterdrag", "--teacher", "gpt-17-ultra"], capsys)
+    assert "gpt-17-ultra" in err and "smollm2-135m" in err

@@ -131,7 +131,9 @@ def test_iterdrag_is_estimated_at_every_iteration_until_a_finished_configuration
     for row in later:
         # The follow-ups asked in the first configuration stand in for the later ones' (same questions).
         assert row.estimated_calls == row.lm_calls_per_question == 2 * (1 + 1) + 1 + 1
-        assert error(row) <= 0.10, (
+        # Its demonstrations are bootstrapped chains, whose follow-ups' text only the run shows: the estimate stands
+        # in for them (estimate.STAND_IN_HOPS) and its calibration scales, within 15% of the counted tokens.
+        assert error(row) <= 0.15, (
             row.docs,
             row.shots,
             row.estimated_effective_context,
@@ -349,3 +351,22 @@ def test_budget_table_ranks_by_em_then_f1_then_accuracy_then_fewer_tokens():
     small = {r["method"]: r for r in table if r["budget"] == 1000}
     assert set(small) == {"drag", "rag", "best"} and small["best"]["config"] == "drag k=1 m=0"
     assert next(r for r in table if r["budget"] == 4000 and r["method"] == "best")["config"] == "rag k=5 m=0"
+
+
+def test_iterdrag_is_taught_its_sub_question_chains_where_the_sweep_labels_the_others(swept):
+    from ragscale.experiments.sweep.grid import point_config
+
+    base = base_config(Path("runs"))
+    for method, optimizer in (("rag", "labeled"), ("drag", "labeled"), ("iterdrag", "bootstrap")):
+        config = point_config(base, Point(method, 3, 2, 3 if method == "iterdrag" else 0), teacher="qwen2.5-coder-1.5b")
+        assert (config.optimizer, config.teacher) == (
+            optimizer,
+            "qwen2.5-coder-1.5b" if optimizer != "labeled" else None,
+        )
+    assert point_config(base, Point("iterdrag", 3, 0, 3)).optimizer == "none"
+
+    result, _, runs_dir = swept
+    (row,) = [r for r in result.rows if r.method == "iterdrag" and r.shots == 2 and r.docs == 3]
+    state = json.loads((runs_dir / "work" / row.run_id / "program.json").read_text())
+    demos = {name: len(predictor["demos"]) for name, predictor in state.items() if "demos" in predictor}
+    assert demos.get("decompose") and demos.get("answer_sub"), demos  # the chain, not the final answer alone
