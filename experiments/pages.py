@@ -21,6 +21,8 @@ score re-derived from the per-question records:
   percentage of questions, or as a number;
 - ``qpm FOLDER RUN``, ``seconds FOLDER RUN METRIC``: its questions per minute, or a timing the manifest holds
   (``wall_s``, ``index_s``, ``compile_s``, ...);
+- ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);
+- ``rule``: the rule by which a family's differences are called real (``family.RULE``);
 - ``made FOLDER``: the date and machine (CPU model and code-path flags) the folder's runs were made on;
 - ``command FOLDER``: the command that made them.
 
@@ -94,12 +96,25 @@ def value(expr: str) -> str:
     from ragscale.experiments.published import table
 
     kind, *args = expr.split()
+    if kind == "rule" and not args:
+        from ragscale.experiments import family
+
+        return family.RULE
+    if kind == "claims":
+        from ragscale.experiments import core_claims
+
+        labelled = [arg.partition("=") for arg in args]
+        missing = [folder for _, _, folder in labelled if not (RESULTS / folder).is_dir()]
+        if not args or missing or any(not label for label, _, _ in labelled):
+            raise DirectiveError(f"claims takes LABEL=FOLDER arguments of folders under {RESULTS}; got {args}")
+        folders = [RESULTS / folder for _, _, folder in labelled]
+        return "\n\n" + core_claims.table(folders, [label for label, _, _ in labelled]) + "\n\n"
     arity = {
         "table": 2, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3, "made": 1, "command": 1,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
-        raise DirectiveError(f"unknown directive {kind!r}; valid: {', '.join(sorted(arity))}")
+        raise DirectiveError(f"unknown directive {kind!r}; valid: {', '.join(sorted([*arity, 'claims', 'rule']))}")
     if len(args) != arity[kind]:
         raise DirectiveError(f"{kind} takes {arity[kind]} argument(s), got {args}")
     if not (RESULTS / args[0]).is_dir():

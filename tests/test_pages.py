@@ -35,3 +35,20 @@ def test_a_changed_number_fails_and_a_bad_directive_names_its_line():
 def test_result_shaped_numbers_outside_directives_and_code_are_found_with_their_lines():
     text = "EM 27.0 here\n<!--= em f r -->31.5<!--/--> and `--temperature 0.7` and a 95% CI\n```\n1.25\n```\n92% asked"
     assert typed_numbers(text) == [(1, "27.0"), (6, "92%")]
+
+
+def test_the_core_claims_are_one_family_across_tables_each_decided_by_em_in_its_direction():
+    from ragscale.experiments.core_claims import check
+    from ragscale.experiments.pages import RESULTS
+
+    demo = RESULTS / "demo-qwen2.5-coder-0.5b"
+    found = {c["claim"]: c["found"]["demo-qwen2.5-coder-0.5b"] for c in check([demo])}
+    retrieval = found["retrieval beats closed-book"]
+    assert retrieval["verdict"] == "held" and retrieval["ci"].diff == 19.0 and retrieval["ci"].p_adjusted < 0.05
+    drag = found["demonstrations with their documents beat RAG's (DRAG)"]
+    assert drag["verdict"] == "not shown" and drag["ci"].diff == -2.0  # 25.0 against 27.0
+    assert found["retrieval bounds the reader: the gold paragraphs beat RAG"] is None  # the demo has no oracle rows
+    twice = {c["claim"]: c["found"] for c in check([demo, demo])}["retrieval beats closed-book"]
+    assert twice["demo-qwen2.5-coder-0.5b"]["ci"].p_adjusted >= retrieval["ci"].p_adjusted  # a larger family
+    written = render("<!--= claims demo=demo-qwen2.5-coder-0.5b -->x<!--/-->")
+    assert "| retrieval beats closed-book | rag-none - closed-book-none | +19.0 [+11.0, +27.0] *: held |" in written

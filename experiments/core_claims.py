@@ -1,0 +1,87 @@
+"""The papers' core claims, checked on published methods tables: one family across the tables, EM deciding.
+
+Each claim is one paired comparison of two runs of a table (``published.py``), named in advance with its direction:
+
+- retrieval beats closed-book: RAG - closed-book;
+- demonstrations that carry their documents beat RAG's (Yue et al. 2024, DRAG): compiled DRAG - RAG;
+- IterDRAG beats DRAG on multi-hop questions (Yue et al. 2024): compiled IterDRAG - compiled DRAG;
+- retrieval bounds the reader: the gold paragraphs (``oracle-gold``) - RAG;
+- what retrieval misses costs: the gold paragraphs among RAG's k (``oracle-distractors``) - RAG;
+- distractors hurt the reader: the gold paragraphs alone - among RAG's k.
+
+Every comparison of every table given is one family (``family``): the paired bootstrap p-values on per-question EM
+are adjusted together by Holm's rule, and a claim is ``held`` on a table when its difference is real in the claim's
+direction, ``not held`` when real against it, ``not shown`` otherwise; F1 and Acc decide nothing. A table that lacks
+either run of a claim leaves that cell empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+CLAIMS = (
+    ("retrieval beats closed-book", "rag-none", "closed-book-none"),
+    ("demonstrations with their documents beat RAG's (DRAG)", "drag-bootstrap", "rag-none"),
+    ("IterDRAG beats DRAG on multi-hop questions", "iterdrag-bootstrap", "drag-bootstrap"),
+    ("retrieval bounds the reader: the gold paragraphs beat RAG", "oracle-gold-none", "rag-none"),
+    ("what retrieval misses costs: the gold among RAG's k beat RAG", "oracle-distractors-none", "rag-none"),
+    ("distractors hurt the reader: the gold alone beat it among k", "oracle-gold-none", "oracle-distractors-none"),
+)
+"""(claim, run a, run b): the claim is that a scores above b."""
+
+
+def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+    """Each claim with, per folder, its comparison (``ci``: a ``BootstrapCI`` adjusted with the family, None where
+    the folder lacks a run) and verdict."""
+    from ragscale.experiments import family
+    from ragscale.experiments.compare import paired_bootstrap
+    from ragscale.experiments.published import load
+
+    em = {}
+    for folder in folders:
+        records = load(folder)[1]
+        em[folder] = {name: {r["id"]: 100.0 * r["em"] for r in rows} for name, rows in records.items()}
+    cells = [
+        (claim, folder, paired_bootstrap(em[folder][a], em[folder][b], resamples=resamples, seed=seed))
+        for claim, a, b in CLAIMS
+        for folder in folders
+        if a in em[folder] and b in em[folder]
+    ]
+    adjusted = dict(zip(((c, f) for c, f, _ in cells), family.adjust([ci for *_, ci in cells]), strict=True))
+    return [
+        {
+            "claim": claim,
+            "a": a,
+            "b": b,
+            "found": {folder.name: _found(adjusted.get((claim, folder))) for folder in folders},
+        }
+        for claim, a, b in CLAIMS
+    ]
+
+
+def _found(ci) -> dict[str, Any] | None:
+    if ci is None:
+        return None
+    verdict = "not shown" if not ci.is_real() else "held" if ci.diff > 0 else "not held"
+    return {"ci": ci, "verdict": verdict}
+
+
+def table(folders: Sequence[Path], labels: Sequence[str]) -> str:
+    """The claims as a markdown table: a column per folder (headed by ``labels``), each cell the EM difference with
+    its 95% CI and the verdict."""
+    from ragscale.experiments.compare import format_ci
+
+    lines = [
+        "| claim | compared | " + " | ".join(labels) + " |",
+        "|---|---|" + "---|" * len(labels),
+    ]
+    for claim in check(folders):
+        cells = [
+            "" if found is None else f"{format_ci(found['ci'])}: {found['verdict']}"
+            for found in claim["found"].values()
+        ]
+        compared = f"{claim['a']} - {claim['b']}"
+        lines.append(f"| {claim['claim']} | {compared} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
