@@ -25,14 +25,15 @@ class Speed:
 
 
 def measure_speed(lm, text: str) -> Speed:
-    """Prefill and decode rates from two tiny timed calls (cache off): a ~300-token prompt with 1 output token,
-    then a short prompt with up to 24 output tokens."""
+    """Prefill and decode rates from two tiny timed calls (cache off), after a warm-up that decodes: a ~300-token
+    prompt with 1 output token, then a short prompt with up to 24 output tokens."""
     from ragscale.programs.lm import chat, meter
 
     fresh = lm.copy(cache=False) if hasattr(lm, "copy") else lm
     words = " ".join((text or "the quick brown fox jumps over the lazy dog ").split()[:220])
     stamp = f"[{time.time_ns()}] "  # a new prompt each time: no prefix cache either
-    chat(fresh, [{"role": "user", "content": stamp + "hi"}], max_tokens=1)  # warm-up
+    # warm-up: a few decoded tokens, so that the engine's decode step is compiled before it is timed
+    chat(fresh, [{"role": "user", "content": stamp + "hi"}], max_tokens=4)
     with meter() as usage:
         start = time.perf_counter()
         chat(fresh, [{"role": "user", "content": stamp + words}], max_tokens=1)
