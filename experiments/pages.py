@@ -23,8 +23,12 @@ score re-derived from the per-question records:
   (``wall_s``, ``index_s``, ``compile_s``, ...);
 - ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);
 - ``rule``: the rule by which a family's differences are called real (``family.RULE``);
+- ``plan FILE``: the summary line of a sweep's plan (``ragscale sweep --plan-only``) kept as ``FILE``: its
+  configurations and estimated minutes of LM time;
+- ``paper DATASET METHOD``: the accuracy Yue et al. 2024 report for a method's best configuration on a dataset
+  (their Figure 1, kept in ``PAPER`` with its source), for scale;
 - ``made FOLDER``: the date and machine (CPU model and code-path flags) the folder's runs were made on;
-- ``command FOLDER``: the command that made them.
+- ``command FOLDER``: the command that made them, as code.
 
 ``render`` rewrites the text of every directive of a page; ``python benchmarks/pages.py`` rewrites ``PAGES`` in
 place, and ``tests/test_pages.py`` checks that each page is what ``render`` gives and that no result-shaped number
@@ -41,15 +45,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
+PAPER = RESULTS / "paper-yue2024.json"
+"""The numbers Yue et al. 2024 report, with where they were read from."""
 PAGES = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md")
 """The pages whose directives ``benchmarks/pages.py`` renders and ``tests/test_pages.py`` checks."""
-WRITTEN = ("README.md",)
+WRITTEN = ("README.md", "docs/results.md")
 """The pages on which every result-shaped number is a directive's."""
 
 DIRECTIVE = re.compile(r"<!--= (?P<expr>[^>]*?) -->(?P<text>.*?)<!--/-->", re.S)
 RESULT_SHAPED = re.compile(r"(?<![\w.\-/=§])[+-]?\d+\.\d+(?![\w.])|(?<![\w.])\d+(?:\.\d+)?%")
-NOT_RESULTS = re.compile(r"95% CI|95% confidence|Python \d+\.\d+")
-"""Result-shaped text that states no result: the confidence level of every CI, a Python version."""
+NOT_RESULTS = re.compile(r"95% CI|95% confidence|Python \d+\.\d+|Gemini\s+1\.5")
+"""Result-shaped text that states no result: the confidence level of every CI, a Python version, a model's name."""
 CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
 SCORES = {
     "em": ("em", "{:.1f}"),
@@ -100,6 +106,21 @@ def value(expr: str) -> str:
         from ragscale.experiments import family
 
         return family.RULE
+    if kind == "plan" and len(args) == 1:
+        path = RESULTS / args[0]
+        if not path.is_file():
+            raise DirectiveError(f"no plan {args[0]!r} under {RESULTS}")
+        found = [line for line in path.read_text(encoding="utf-8").splitlines() if " to run, " in line]
+        if len(found) != 1:
+            raise DirectiveError(f"{path}: no one summary line (' to run, ') in it")
+        return found[0]
+    if kind == "paper" and len(args) == 2:
+        import json
+
+        reported = json.loads(PAPER.read_text(encoding="utf-8"))["acc"]
+        if args[0] not in reported or args[1] not in reported[args[0]]:
+            raise DirectiveError(f"{PAPER.name} has no {args[1]!r} on {args[0]!r}; it has {reported}")
+        return f"{reported[args[0]][args[1]]:.1f}"
     if kind == "claims":
         from ragscale.experiments import core_claims
 
@@ -114,7 +135,8 @@ def value(expr: str) -> str:
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
-        raise DirectiveError(f"unknown directive {kind!r}; valid: {', '.join(sorted([*arity, 'claims', 'rule']))}")
+        valid = ", ".join(sorted([*arity, "claims", "paper", "plan", "rule"]))
+        raise DirectiveError(f"unknown directive {kind!r}; valid: {valid}")
     if len(args) != arity[kind]:
         raise DirectiveError(f"{kind} takes {arity[kind]} argument(s), got {args}")
     if not (RESULTS / args[0]).is_dir():
@@ -135,7 +157,7 @@ def value(expr: str) -> str:
         machine = manifest["machine"]
         return f"{manifest['date']} on {machine['cpu']} with {machine['cpu_flags']}"
     if kind == "command":
-        return manifest["command"]
+        return f"`{manifest['command']}`"
     key, fmt = SCORES[kind]
     return fmt.format(_scores(*args)[key])
 

@@ -28,6 +28,12 @@ def test_a_changed_number_fails_and_a_bad_directive_names_its_line():
         render(f"line one\n<!--= em {demo} rag-bootstrap -->x<!--/-->")
     with pytest.raises(DirectiveError, match=r"unknown directive 'median'; valid: .*table"):
         render(f"<!--= median {demo} rag-none -->x<!--/-->")
+    assert render("<!--= paper hotpotqa iterdrag -->x<!--/-->") == "<!--= paper hotpotqa iterdrag -->56.4<!--/-->"
+    with pytest.raises(DirectiveError, match="no 'self-rag' on 'hotpotqa'"):
+        render("<!--= paper hotpotqa self-rag -->x<!--/-->")
+    plan = render("<!--= plan sweep-plan-hotpotqa-qwen2.5-coder-0.5b.md -->x<!--/-->")
+    assert " to run, " in plan and "min of LM time" in plan
+    assert render(f"<!--= command {demo} -->x<!--/-->") == f"<!--= command {demo} -->`make demo`<!--/-->"
     with pytest.raises(DirectiveError, match="no folder 'nowhere'"):
         render("<!--= em nowhere rag-none -->x<!--/-->")
 
