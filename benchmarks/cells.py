@@ -10,8 +10,9 @@ folder of finished cells compares its cells by itself, on a machine without the 
 
 The oracle rows are the RAG program given the question's gold paragraphs (``oracle-gold``), and given them padded to k =
 5 with the highest-ranked non-gold passages its retriever finds in the corpus (``oracle-distractors``), through
-``OracleRetriever``. Two cells are compared question by question: the paired bootstrap 95% CI of the difference of their
-EM (or F1), from the cells' scores (or, for a cell kept without them, the per-question records MLflow holds).
+``OracleRetriever``; ``oracle-all`` (all of a question's paragraphs, the distractor setting's bound) is a cell too. Two
+cells are compared question by question: the paired bootstrap 95% CI of the difference of their EM (or F1), from the
+cells' scores (or, for a cell kept without them, the per-question records MLflow holds).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
 
 ORACLE_ROWS = ("oracle-gold", "oracle-distractors")
+"""The oracle rows a methods table has beside it."""
+ORACLES = (*ORACLE_ROWS, "oracle-all")
+"""Every oracle row a cell can be: also all of a question's paragraphs, the distractor setting's."""
 SCORES = ("em", "f1", "acc")
 __all__ = ["EFFECTIVE_CONTEXT", "ORACLE_ROWS", "Cells", "behaviour_cell", "paired", "records_of"]
 
@@ -70,7 +74,7 @@ class Cells:
         from ragscale.experiments.runner import TEACHER_DECODE, build_retriever_for, load_examples, run_experiment
         from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 
-        oracle = row in ORACLE_ROWS
+        oracle = row in ORACLES
         taught = optimizer in TEACHER_OPTIMIZERS and self.teacher_name is not None
         config = RunConfig(
             method="rag" if oracle else row,
@@ -80,7 +84,7 @@ class Cells:
             api_base=self.api_base,
             teacher=self.teacher_name if taught else None,
             budget=self.gepa_budget if optimizer == "gepa" else None,
-            docs=20 if row == "oracle-gold" else 5,  # the gold paragraphs whatever k; distractors pad to 5
+            docs=5 if row == "oracle-distractors" else 20,  # distractors pad to 5; the others ignore k
             shots=2,
             docs_per_demo=3,
             limit=self.limit,
@@ -98,7 +102,7 @@ class Cells:
         if oracle:
             train, evalset = load_examples(config)
             distractors = build_retriever_for(config, train, evalset) if row == "oracle-distractors" else None
-            retriever = OracleRetriever(evalset, gold_only=True, distractors=distractors)
+            retriever = OracleRetriever(evalset, gold_only=row != "oracle-all", distractors=distractors)
         start = time.perf_counter()
         summary = run_experiment(
             config,
