@@ -115,8 +115,8 @@ def plot(
     oracle: Sequence[Row] = (),
 ) -> Path:
     """Accuracy against effective context (log x): every configuration a point coloured by method, the per-budget
-    optimum as a line, and the ``oracle`` rows (the reader given the gold, or all, paragraphs) as labelled stars
-    beside them; written to `path` (PNG) with matplotlib's Agg backend."""
+    optimum as a line, and the ``oracle`` rows (the reader given the gold paragraphs, alone and among retrieved
+    distractors) as labelled stars beside them; written to `path` (PNG) with matplotlib's Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
