@@ -37,12 +37,9 @@ def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> l
     the folder lacks a run) and verdict."""
     from ragscale.experiments import family
     from ragscale.experiments.compare import paired_bootstrap
-    from ragscale.experiments.published import load
+    from ragscale.experiments.published import em_by_run, load
 
-    em = {}
-    for folder in folders:
-        records = load(folder)[1]
-        em[folder] = {name: {r["id"]: 100.0 * r["em"] for r in rows} for name, rows in records.items()}
+    em = {folder: em_by_run(load(folder)[1]) for folder in folders}
     cells = [
         (claim, folder, paired_bootstrap(em[folder][a], em[folder][b], resamples=resamples, seed=seed))
         for claim, a, b in CLAIMS
@@ -62,10 +59,9 @@ def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> l
 
 
 def _found(ci) -> dict[str, Any] | None:
-    if ci is None:
-        return None
-    verdict = "not shown" if not ci.is_real() else "held" if ci.diff > 0 else "not held"
-    return {"ci": ci, "verdict": verdict}
+    from ragscale.experiments import family
+
+    return None if ci is None else {"ci": ci, "verdict": family.VERDICTS[family.direction(ci)]}
 
 
 def table(folders: Sequence[Path], labels: Sequence[str]) -> str:

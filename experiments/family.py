@@ -54,3 +54,15 @@ def adjust(cis: Sequence[Any], rule=holm) -> list[Any]:
     for i, p in zip(present, adjusted, strict=True):
         out[i] = replace(cis[i], p_adjusted=p)
     return out
+
+
+def direction(ci: Any) -> int:
+    """+1 or -1 when a difference (a ``compare.BootstrapCI``) is called real (``is_real``) upward or downward, 0 when
+    it is not, or is unknown (None)."""
+    if ci is None or not ci.is_real():
+        return 0
+    return 1 if ci.diff > 0 else -1
+
+
+VERDICTS = {1: "held", -1: "not held", 0: "not shown"}
+"""A claim's verdict by the ``direction`` of its deciding difference, the claim being that it is positive."""

@@ -80,6 +80,11 @@ def load(folder: Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
     return manifest, records
 
 
+def em_by_run(records: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
+    """Each run's per-question EM in percent, by question id: what its comparisons are paired on."""
+    return {name: {r["id"]: 100.0 * r["em"] for r in rows} for name, rows in records.items()}
+
+
 def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> dict[str, dict[str, Any]]:
     """Each run in ``folder`` by name: its params, its scores re-derived from its records
     (``evaluate.record_scores``), its questions per minute (the manifest's, a timing), and its EM against the run
@@ -91,7 +96,7 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
     manifest, records = load(folder)
     if baseline not in records:
         raise KeyError(f"{folder}: no run named {baseline!r}; its runs: {', '.join(records)}")
-    em = {name: {r["id"]: 100.0 * r["em"] for r in rows} for name, rows in records.items()}
+    em = em_by_run(records)
     names = list(records)
     cis = family.adjust(
         [None if name == baseline else paired_bootstrap(em[name], em[baseline], resamples=resamples, seed=seed)

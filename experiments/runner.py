@@ -95,6 +95,17 @@ def load_lm_for(config: RunConfig):
     )
 
 
+def load_teacher_for(config: RunConfig):
+    """``load_named_lm`` of the config's teacher, on its own server if it has one, decoding by ``TEACHER_DECODE``."""
+    return load_named_lm(
+        config.teacher,
+        api_base=config.teacher_api_base,
+        max_tokens=config.max_tokens,
+        weights=config.weights,
+        decode=TEACHER_DECODE,
+    )
+
+
 def load_examples(config: RunConfig, given: tuple[Sequence, Sequence] | None = None) -> tuple[list, list]:
     """(train, eval) examples, read from the config's files unless ``given``, cut to ``train_limit`` and
     ``limit`` (the files' order, which is already shuffled)."""
@@ -298,13 +309,7 @@ def run_experiment(
                         program.load_state(compiled.dump_state())
                     else:
                         if teacher_lm is None and config.teacher is not None:  # only when compiling here
-                            teacher_lm = load_named_lm(
-                                config.teacher,
-                                api_base=config.teacher_api_base,
-                                max_tokens=config.max_tokens,
-                                weights=config.weights,
-                                decode=TEACHER_DECODE,
-                            )
+                            teacher_lm = load_teacher_for(config)
                         reflection_lm = None
                         if config.reflection_lm is not None:
                             reflection_lm = load_named_lm(  # room for a rewritten instruction

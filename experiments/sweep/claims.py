@@ -110,17 +110,9 @@ class Pairs:
         }  # fmt: skip
 
 
-def _real(ci: BootstrapCI | None) -> int:
-    """+1 or -1 when the difference is called real (``BootstrapCI.is_real``) upward or downward, 0 when it is not,
-    or unknown."""
-    if ci is None or not ci.is_real():
-        return 0
-    return 1 if ci.diff > 0 else -1
-
-
 def _verdict(cis: Sequence[BootstrapCI | None], *, every: bool) -> str:
     """held when the differences are real upward (every one, or any one), not held when one is real downward."""
-    signs = [_real(c) for c in cis if c is not None]
+    signs = [family.direction(c) for c in cis if c is not None]
     if -1 in signs:
         return "not held"
     up = [s == 1 for s in signs]
@@ -183,7 +175,7 @@ def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs
         drag_alone = drag_alone or (drag is not None and iterdrag is None and not found)
     if not found:
         return None
-    small, large = _real(found[0][2]["ci"]), _real(found[-1][2]["ci"])
+    small, large = family.direction(found[0][2]["ci"]), family.direction(found[-1][2]["ci"])
     if large == -1 or (small == 1 and not drag_alone):
         verdict = "not held"
     elif large == 1 and (drag_alone or small == -1):

@@ -4,7 +4,7 @@ The best configuration within a budget, chosen and scored on the same questions,
 estimates and leans high, and every comparison made with it leans in its favour. ``HeldOut`` splits the sweep's
 questions into two fixed halves by the SHA-256 of their ids (the same halves whatever order they were asked in, and
 for every configuration): ``best_within`` ranks the configurations that fit a budget by their EM on the choosing
-half (ties as ``report.best_within`` breaks them), and ``em`` and ``reporting_scores`` give a configuration's EM on
+half (ties as ``report.rank`` breaks them), and ``em`` and ``reporting_scores`` give a configuration's EM on
 the other half, where the budget table and the claims that compare a chosen best report it. A configuration whose
 per-question scores cannot be read is never chosen.
 """
@@ -12,10 +12,9 @@ per-question scores cannot be read is never chosen.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Mapping, Sequence
 
-from ragscale.experiments.sweep.report import best_within, rank
+from ragscale.experiments.sweep.report import fits, rank
 from ragscale.experiments.sweep.rows import Row
 
 Scores = Callable[[Row], Mapping[str, float] | None]  # a row -> its per-question EM in percent; None: unreadable
@@ -47,6 +46,6 @@ class HeldOut:
 
     def best_within(self, rows: Sequence[Row], budget: float) -> Row | None:
         """The configuration with the highest EM on the choosing half among those measured within ``budget``."""
-        within = [r for r in rows if best_within([r], budget) is not None]
-        chosen = [(em, r) for r in within if (em := self.em(r, choosing=True)) is not None]
-        return max(chosen, key=lambda item: (item[0], *rank(item[1])), default=(-math.inf, None))[1]
+        chosen = [(em, r) for r in rows if fits(r, budget) and (em := self.em(r, choosing=True)) is not None]
+        best = max(chosen, key=lambda item: (item[0], *rank(item[1])), default=None)
+        return None if best is None else best[1]

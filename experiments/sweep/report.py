@@ -29,10 +29,15 @@ def rank(row: Row) -> tuple:
     return (row.em, row.f1, row.acc, -row.effective_context())
 
 
+def fits(row: Row, budget: float) -> bool:
+    """Whether a configuration was measured and its effective context is at most ``budget``."""
+    measured = row.acc is not None and row.effective_context_tokens_per_question is not None
+    return measured and row.effective_context() <= budget
+
+
 def best_within(rows: Sequence[Row], budget: float) -> Row | None:
     """The best measured configuration whose effective context is at most ``budget``; None when none fits."""
-    within = [r for r in rows if r.acc is not None and r.effective_context_tokens_per_question is not None]
-    return max((r for r in within if r.effective_context() <= budget), key=rank, default=None)
+    return max((r for r in rows if fits(r, budget)), key=rank, default=None)
 
 
 def budget_table(rows: Sequence[Row], budgets: Sequence[int], held_out=None) -> list[dict[str, Any]]:
@@ -40,9 +45,8 @@ def budget_table(rows: Sequence[Row], budgets: Sequence[int], held_out=None) -> 
     (a ``heldout.HeldOut``), each best is chosen on its choosing half of the questions and its EM is reported on
     the other (``em_held_out``); without it (the per-question scores could not be read), chosen on all of them."""
     table = []
-    measured = [r for r in rows if r.acc is not None and r.effective_context_tokens_per_question is not None]
     for budget in sorted(budgets):
-        within = [r for r in measured if r.effective_context() <= budget]
+        within = [r for r in rows if fits(r, budget)]
         methods = sorted({r.method for r in within}, key=lambda m: (method_named(m).retrieves, m))
         for method in [*methods, "best"]:
             pool = within if method == "best" else [r for r in within if r.method == method]

@@ -42,20 +42,19 @@ from ragscale.experiments.files import write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.inputs import corpus_for
 from ragscale.experiments.runner import (
-    TEACHER_DECODE,
     build_program_for,
     build_retriever_for,
     compile_for,
     load_examples,
     load_lm_for,
-    load_named_lm,
+    load_teacher_for,
     run_experiment,
 )
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation, scores
 from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
-from ragscale.experiments.sweep.grid import Grid, Point, format_size, optimizer_of, point_config
+from ragscale.experiments.sweep.grid import Grid, Point, format_size, point_config
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.ledger import (
     ALLOCATION,
@@ -234,10 +233,11 @@ def _setup(
 
 def _compile(
     base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train: Sequence, docs_per_demo: int | None,
-    teacher: str | None = None, teacher_lm=None,
+    teacher: str | None = None, load_teacher: Callable[[RunConfig], Any] = load_teacher_for,
 ):  # fmt: skip
     """Compile ``point.method`` with ``point.shots`` demos once, with the grid's largest k (and n for IterDRAG), by
-    the point's teleprompter (``grid.optimizer_of``) running its teacher program on ``teacher_lm`` when given."""
+    the point's teleprompter (``grid.optimizer_of``), its teacher program on ``load_teacher(config)`` when the
+    point's config has a teacher (``teacher`` for a teleprompter that runs one)."""
     import dspy
 
     from ragscale.programs.lm import make_adapter
@@ -248,6 +248,7 @@ def _compile(
     config = point_config(base, widest, docs_per_demo=docs_per_demo, teacher=teacher)
     adapter = make_adapter(base.adapter)
     with dspy.context(lm=lm, adapter=adapter):
+        teacher_lm = load_teacher(config) if config.teacher is not None else None
         return compile_for(config, build_program_for(config, retriever), train, lm, adapter, teacher_lm=teacher_lm)
 
 
@@ -335,7 +336,6 @@ def run_sweep(
 
     from ragscale.optimizers.context import ContextWindowError
     from ragscale.optimizers.demos import cap_demos
-    from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 
     if parallel_runs < 1:
         raise ConfigError(f"parallel_runs must be at least 1, got {parallel_runs}")
@@ -386,14 +386,10 @@ def run_sweep(
 
     teachers: list = []  # the teacher LM (--teacher), loaded by the first compile that runs a teacher program
 
-    def teacher_lm():
-        if teacher is None:
-            return None
+    def teacher_lm(config: RunConfig):
         with shared:
             if not teachers:
-                teachers.append(
-                    load_named_lm(teacher, max_tokens=base.max_tokens, weights=base.weights, decode=TEACHER_DECODE)
-                )
+                teachers.append(load_teacher_for(config))
             return teachers[0]
 
     def compiled_for(point: Point, replica) -> Any:
@@ -402,10 +398,9 @@ def run_sweep(
             group_lock = compiling.setdefault(group, threading.Lock())
         with group_lock:
             if group not in compiled:
-                taught = optimizer_of(base, point) in TEACHER_OPTIMIZERS
                 compiled[group] = _compile(
                     base, point, grid, lm=replica, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo,
-                    teacher=teacher, teacher_lm=teacher_lm() if taught else None,
+                    teacher=teacher, load_teacher=teacher_lm,
                 )  # fmt: skip
             return compiled[group]
 
