@@ -2,12 +2,14 @@
 
     python benchmarks/publish.py --runs-dir DIR --name NAME --command CMD --baseline METHOD-OPTIMIZER [RUN_ID ...]
     python benchmarks/publish.py --name NAME --baseline METHOD-OPTIMIZER --table
+    python benchmarks/publish.py --runs-dir DIR --name NAME --command CMD --sweep SWEEP_DIR
 
 The first form copies the runs (by default the latest FINISHED run of each method, or oracle row, x optimizer in the
 store) to ``benchmarks/results/NAME/`` (``ragscale.experiments.published.publish``: the records gzip-compressed, a
 manifest with the command, machine, date and commit) and prints the table; the second prints the table from the
-committed folder alone; a page cites it through a directive (``ragscale.experiments.pages``), which
-``python benchmarks/pages.py`` renders.
+committed folder alone. The third publishes a finished sweep (its folder, ``ragscale sweep`` says where: each
+configuration's records, ``ragscale.experiments.sweep.published``) and prints its report made again from them; a page
+cites them through a directive (``ragscale.experiments.pages``), which ``python benchmarks/pages.py`` renders.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-dir", type=Path, help="the store the runs are in (omit with --table)")
     parser.add_argument("--name", required=True, help="the folder under benchmarks/results/")
     parser.add_argument("--command", help="the command that made the runs, as the manifest records it")
-    parser.add_argument("--baseline", required=True, help="the run every other is paired against: METHOD-OPTIMIZER")
+    parser.add_argument("--baseline", help="the run every other is paired against: METHOD-OPTIMIZER")
+    parser.add_argument("--sweep", type=Path, help="publish the sweep whose results are in this folder")
     parser.add_argument("--table", action="store_true", help="print the table from the committed folder only")
     args = parser.parse_args(argv)
 
@@ -34,6 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.experiments.published import publish, table
 
     folder = RESULTS / args.name
+    if args.sweep is not None:
+        from ragscale.experiments.sweep import published
+
+        if args.runs_dir is None or args.command is None:
+            parser.error("publishing a sweep needs --runs-dir and --command")
+        published.publish(args.sweep, args.runs_dir, folder, command=args.command)
+        print("\n\n".join(published.report(published.load(folder)).values()))
+        return 0
+    if args.baseline is None:
+        parser.error("a table needs --baseline")
     if not args.table:
         if args.runs_dir is None or args.command is None:
             parser.error("publishing needs --runs-dir and --command (or give --table)")

@@ -21,6 +21,8 @@ score re-derived from the per-question records:
   percentage of questions, or as a number;
 - ``qpm FOLDER RUN``, ``seconds FOLDER RUN METRIC``: its questions per minute, or a timing the manifest holds
   (``wall_s``, ``index_s``, ``compile_s``, ...);
+- ``sweep FOLDER PART``: a published sweep's budget table, grid, claims or allocation model, made again from its
+  records (``sweep.published.report``; ``PART`` one of ``table``, ``grid``, ``claims``, ``fit``);
 - ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);
 - ``rule``: the rule by which a family's differences are called real (``family.RULE``);
 - ``plan FILE``: the summary line of a sweep's plan (``ragscale sweep --plan-only``) kept as ``FILE``: its
@@ -87,6 +89,13 @@ def _loaded(folder: str) -> tuple[dict, dict]:
 
 
 @cache
+def _swept(folder: str) -> dict[str, str]:
+    from ragscale.experiments.sweep.published import load, report
+
+    return report(load(RESULTS / folder))
+
+
+@cache
 def _scores(folder: str, run: str) -> dict:
     from ragscale.experiments.evaluate import record_scores
 
@@ -131,7 +140,7 @@ def value(expr: str) -> str:
         folders = [RESULTS / folder for _, _, folder in labelled]
         return "\n\n" + core_claims.table(folders, [label for label, _, _ in labelled]) + "\n\n"
     arity = {
-        "table": 2, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3, "made": 1, "command": 1,
+        "table": 2, "sweep": 2, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3, "made": 1, "command": 1,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
@@ -143,6 +152,13 @@ def value(expr: str) -> str:
         raise DirectiveError(f"no folder {args[0]!r} under {RESULTS}")
     if kind == "table":
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
+    if kind == "sweep":
+        from ragscale.experiments.sweep.published import PARTS
+
+        if args[1] not in PARTS:
+            raise DirectiveError(f"sweep has no part {args[1]!r}; valid: {', '.join(PARTS)}")
+        made = _swept(args[0])[args[1]]
+        return f"\n\n```\n{made}\n```\n\n" if args[1] == "fit" else f"\n\n{made}\n\n"  # the fit: lines as lines
     if kind == "diff":
         return format_ci(_compared(args[0], args[2])[args[1]]["ci"])
     if kind in ("share", "mean"):

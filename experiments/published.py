@@ -33,36 +33,52 @@ KEPT = (
 def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: str) -> Path:
     """Copy the finished runs ``run_ids`` of the store in ``runs_dir`` to ``folder`` (see the module docstring)."""
     from ragscale.experiments import tracking
-    from ragscale.experiments.provenance import PREFIX
-    from ragscale.experiments.sweep.ledger import run_records
 
     folder.mkdir(parents=True, exist_ok=True)
-    client, runs, tags = tracking.client(runs_dir), {}, {}
+    client, runs = tracking.client(runs_dir), {}
     for run_id in run_ids:
         run = client.get_run(run_id)
         params = run.data.params
         name = f"{row_of(params)}-{params['optimizer']}"
-        records = run_records(runs_dir, run_id)
-        if records is None:
-            raise FileNotFoundError(f"run {run_id} ({name}) has no per-question records to publish")
-        kept = "".join(json.dumps({k: r.get(k) for k in KEPT}, ensure_ascii=False) + "\n" for r in records)
-        with gzip.GzipFile(folder / f"{name}.jsonl.gz", "wb", mtime=0) as out:  # the same records, the same bytes
-            out.write(kept.encode())
+        write_records(folder / f"{name}.jsonl.gz", runs_dir, run_id, name)
         runs[name] = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics)}
-        tags = {k.removeprefix(PREFIX): v for k, v in run.data.tags.items() if k.startswith(PREFIX)}
-    write_json(
-        folder / MANIFEST,
-        {
-            "command": command,
-            "date": datetime.now(UTC).date().isoformat(),
-            "machine": {k: tags.get(k) for k in ("cpu", "cpu_flags", "gpu")},
-            "git_commit": tags.get("git_commit"),
-            "git_dirty": tags.get("git_dirty"),
-            "runs": runs,
-        },
-        indent=2,
-    )
+    write_json(folder / MANIFEST, {**provenance(runs_dir, run_ids[-1], command), "runs": runs}, indent=2)
     return folder
+
+
+def write_records(path: Path, runs_dir: Path, run_id: str, name: str) -> None:
+    """A finished run's per-question records cut to ``KEPT``, gzip-compressed to ``path`` so that the same records
+    give the same bytes; a run whose records cannot be read fails naming it (``name``)."""
+    from ragscale.experiments.sweep.ledger import run_records
+
+    records = run_records(runs_dir, run_id)
+    if records is None:
+        raise FileNotFoundError(f"run {run_id} ({name}) has no per-question records to publish")
+    kept = "".join(json.dumps({k: r.get(k) for k in KEPT}, ensure_ascii=False) + "\n" for r in records)
+    with gzip.GzipFile(path, "wb", mtime=0) as out:
+        out.write(kept.encode())
+
+
+def read_records(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def provenance(runs_dir: Path, run_id: str, command: str) -> dict[str, Any]:
+    """What a manifest says of where its runs come from: the command, today's date, and the machine and git commit
+    the run ``run_id`` recorded (``provenance.py``)."""
+    from ragscale.experiments import tracking
+    from ragscale.experiments.provenance import PREFIX
+
+    recorded = tracking.client(runs_dir).get_run(run_id).data.tags.items()
+    tags = {k.removeprefix(PREFIX): v for k, v in recorded if k.startswith(PREFIX)}
+    return {
+        "command": command,
+        "date": datetime.now(UTC).date().isoformat(),
+        "machine": {k: tags.get(k) for k in ("cpu", "cpu_flags", "gpu")},
+        "git_commit": tags.get("git_commit"),
+        "git_dirty": tags.get("git_dirty"),
+    }
 
 
 def row_of(params: dict[str, str]) -> str:
@@ -73,11 +89,7 @@ def row_of(params: dict[str, str]) -> str:
 def load(folder: Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
     """A published folder's manifest and each run's records by name (``<row>-<optimizer>``)."""
     manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    records = {}
-    for name in manifest["runs"]:
-        with gzip.open(folder / f"{name}.jsonl.gz", "rt", encoding="utf-8") as lines:
-            records[name] = [json.loads(line) for line in lines if line.strip()]
-    return manifest, records
+    return manifest, {name: read_records(folder / f"{name}.jsonl.gz") for name in manifest["runs"]}
 
 
 def em_by_run(records: dict[str, list[dict]]) -> dict[str, dict[str, float]]:

@@ -38,7 +38,7 @@ def save(sweep_dir: Path, scores: Mapping[str, Mapping[str, float]]) -> None:
     write_json(Path(sweep_dir) / SCORES, scores, indent=0)
 
 
-def _read(path: Path) -> Any:
+def read(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -65,12 +65,12 @@ def recheck(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     """The claims checked again from ``results.json``, ``scores.json`` and ``allocation.json`` in ``sweep_dir`` (a
     sweep that fitted no model has none), and the claims ``results.json`` holds."""
     sweep_dir = Path(sweep_dir)
-    results, scores = _read(sweep_dir / RESULTS), _read(sweep_dir / SCORES)
+    results, scores = read(sweep_dir / RESULTS), read(sweep_dir / SCORES)
     missing = [k for k in ("grid", "rows", "oracle", "claims") if k not in results]
     if missing:
         raise ConfigError(f"{sweep_dir / RESULTS}: lacks {', '.join(missing)} (written by an older ragscale)")
     rows, oracle = ([Row.from_json(r, source=str(sweep_dir / RESULTS)) for r in results[k]] for k in ("rows", "oracle"))
     check_against([*rows, *oracle], scores, sweep_dir / SCORES)
-    fitted = _read(sweep_dir / ALLOCATION) if (sweep_dir / ALLOCATION).exists() else None
+    fitted = read(sweep_dir / ALLOCATION) if (sweep_dir / ALLOCATION).exists() else None
     claims = check_claims(rows, results["grid"]["budgets"], fitted, scores.get, oracle=oracle)
     return json.loads(json.dumps(claims)), results["claims"]

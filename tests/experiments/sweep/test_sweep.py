@@ -300,6 +300,35 @@ def test_a_folder_without_its_scores_names_the_missing_file(copied_folder):
         recheck(copied_folder)
 
 
+def test_a_published_sweep_makes_its_report_again_from_its_answers_alone(swept, tmp_path, monkeypatch):
+    import gzip
+
+    from ragscale.experiments import pages
+    from ragscale.experiments.sweep.published import PLOT, load, publish, report
+
+    result, _, runs_dir = swept
+    folder = publish(result.sweep_dir, runs_dir, tmp_path / "published", command="pytest")
+    again = report(load(folder))
+    assert (
+        "\n\n".join([again["table"], again["grid"], again["claims"]]) + "\n"
+        == (result.sweep_dir / "table.md").read_text()
+    )
+    assert (folder / "oracle-gold.jsonl.gz").exists() and (folder / "rag-k3-m2.jsonl.gz").exists()
+    assert (folder / PLOT).stat().st_size > 0
+    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    assert again["table"] in pages.render("<!--= sweep published table -->x<!--/-->")
+    with pytest.raises(pages.DirectiveError, match="sweep has no part 'best'; valid: table, grid"):
+        pages.render("<!--= sweep published best -->x<!--/-->")
+
+    records = folder / "rag-k3-m2.jsonl.gz"  # one answer scored otherwise: the grid says so
+    with gzip.open(records, "rt") as lines:
+        rows = [json.loads(line) for line in lines]
+    rows[0]["acc"] = 1.0 - rows[0]["acc"]
+    with gzip.open(records, "wt") as out:
+        out.writelines(json.dumps(r) + "\n" for r in rows)
+    assert report(load(folder))["grid"] != again["grid"]
+
+
 def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
     result, _, runs_dir = swept
     assert [r.method for r in result.oracle] == ["oracle-gold", "oracle-distractors"]
