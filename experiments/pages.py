@@ -17,6 +17,8 @@ score re-derived from the per-question records:
 - ``em``, ``f1``, ``acc``, ``recall``, ``context``, ``calls``, ``n`` ``FOLDER RUN``: one run's score;
 - ``diff FOLDER RUN BASELINE``: its EM minus the baseline's with the paired 95% CI, adjusted with the folder's other
   differences against that baseline as in the table (``published.compared``);
+- ``behaviour FOLDER``: each run's defining behaviour (``Method.behaviour``, the means of its records' values), a
+  table beside the folder's ``table``;
 - ``share`` and ``mean`` ``FOLDER RUN NAME``: the mean of one of its behaviour values (``Method.behaviour``) as a
   percentage of questions, or as a number;
 - ``qpm FOLDER RUN``, ``seconds FOLDER RUN METRIC``: its questions per minute, or a timing the manifest holds
@@ -140,7 +142,8 @@ def value(expr: str) -> str:
         folders = [RESULTS / folder for _, _, folder in labelled]
         return "\n\n" + core_claims.table(folders, [label for label, _, _ in labelled]) + "\n\n"
     arity = {
-        "table": 2, "sweep": 2, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3, "made": 1, "command": 1,
+        "table": 2, "behaviour": 1, "sweep": 2, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3,
+        "made": 1, "command": 1,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
@@ -152,6 +155,15 @@ def value(expr: str) -> str:
         raise DirectiveError(f"no folder {args[0]!r} under {RESULTS}")
     if kind == "table":
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
+    if kind == "behaviour":
+        from ragscale.experiments.compare import format_behaviour
+        from ragscale.experiments.published import row_of
+
+        manifest, lines = _loaded(args[0])[0], ["| method | optimizer | behaviour |", "|---|---|---|"]
+        for name, run in manifest["runs"].items():
+            shown = format_behaviour(_scores(args[0], name)["behaviour"])
+            lines.append(f"| {row_of(run['params'])} | {run['params']['optimizer']} | {shown} |")
+        return "\n\n" + "\n".join(lines) + "\n\n"
     if kind == "sweep":
         from ragscale.experiments.sweep.published import PARTS
 

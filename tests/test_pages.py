@@ -33,6 +33,8 @@ def test_a_changed_number_fails_and_a_bad_directive_names_its_line():
         render("<!--= paper hotpotqa self-rag -->x<!--/-->")
     plan = render("<!--= plan sweep-plan-hotpotqa-qwen2.5-coder-0.5b.md -->x<!--/-->")
     assert " to run, " in plan and "min of LM time" in plan
+    behaviour = render(f"<!--= behaviour {demo} -->x<!--/-->")
+    assert "| rag | none | none |" in behaviour and "| iterdrag | bootstrap | follow_ups " in behaviour
     assert render(f"<!--= command {demo} -->x<!--/-->") == f"<!--= command {demo} -->`make demo`<!--/-->"
     with pytest.raises(DirectiveError, match="no folder 'nowhere'"):
         render("<!--= em nowhere rag-none -->x<!--/-->")
