@@ -107,6 +107,14 @@ def add_sweep(subparsers) -> None:
     sweep.add_argument(
         "--threads", type=int, default=DEFAULTS["threads"], help=with_default("questions in parallel", "threads")
     )
+    sweep.add_argument(
+        "--stop-after", dest="stop_after", type=float, metavar="MINUTES",
+        help="stop after this many minutes: what runs ends (a rerun resumes it), and what finished is reported",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--adopt", type=Path, metavar="FOLDER",
+        help="a published sweep (benchmarks/publish.py --sweep) whose rows count as finished: go on where it stopped",
+    )  # fmt: skip
     sweep.add_argument("--no-baselines", dest="baselines", action="store_false", help="no closed-book or oracle runs")
     sweep.add_argument("--plan-only", dest="plan_only", action="store_true", help="print the plan; run nothing")
     sweep.add_argument("--no-progress", dest="progress", action="store_false")
@@ -166,6 +174,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_inputs(point_config(base, taught[0], teacher=args.teacher))
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
+    if args.stop_after is not None and not args.stop_after > 0:
+        raise ConfigError(f"--stop-after {args.stop_after}: must be a positive number of minutes")
+    if args.adopt is not None and not (args.adopt / "manifest.json").is_file():
+        raise ConfigError(f"--adopt {args.adopt}: no manifest.json there; publish a sweep with benchmarks/publish.py")
     if args.plan_only:
         plan_only(grid, base, docs_per_demo=args.docs_per_demo, teacher=args.teacher, report=print)
         return 0
@@ -176,12 +188,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         docs_per_demo=args.docs_per_demo,
         teacher=args.teacher,
         parallel_runs=args.parallel_runs,
+        stop_after=None if args.stop_after is None else 60 * args.stop_after,
+        adopt_from=args.adopt,
         progress=args.progress,
         report=print,
     )
     print(
         f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done or over budget), {len(result.failed)} "
-        f"failed in {time.perf_counter() - start:.0f} s; files in {result.sweep_dir}; parent run {result.parent_run_id}"
+        f"failed, {len(result.stopped)} left at the time limit in {time.perf_counter() - start:.0f} s; files in "
+        f"{result.sweep_dir}; parent run {result.parent_run_id}"
     )
     if args.json_path is not None:
         write_json(

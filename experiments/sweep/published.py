@@ -1,30 +1,40 @@
 """A sweep committed with its answers: every configuration's per-question records, from which its report is made
-again.
+again, and from which a sweep on another machine goes on.
 
-``publish`` copies a finished sweep to a folder (``benchmarks/results/<name>/``): each configuration's and oracle
-row's per-question records (``published.KEPT``: id, prediction, gold, EM/F1/Acc, passages, tokens, behaviour) as
-``<label>.jsonl.gz`` (``rag-k5-m2``, ``iterdrag-k5-m2-n3``, ``oracle-gold``), the accuracy-against-context plot, and a
-manifest with the command, date, machine and commit, the grid, and each row as it ran (its run, timings and the
-estimate made before it). ``load`` reads the folder back with every score of every row re-derived from its records
-(``evaluate.record_scores``), and ``report`` makes from them alone what the sweep reported: the budget table (each
-best chosen on one half of the questions, reported on the other), the grid, the claims as one family, and the
-allocation model.
+``publish`` copies a sweep's finished configurations to a folder (``benchmarks/results/<name>/``): each configuration's
+and oracle row's per-question records (``published.KEPT``: id, prediction, gold, EM/F1/Acc, passages, tokens,
+follow-ups, behaviour) as ``<label>.jsonl.gz`` (``rag-k5-m2``, ``iterdrag-k5-m2-n3``, ``oracle-gold``), the programs
+compiled for each method and shot count (``compiled/``, JSON), the accuracy-against-context plot, and a manifest with
+the command, the dataset, LM and grid, and each row as it ran (its key, run, timings, the estimate made before it, and
+the machine and commit it was made on). A folder is published again as the sweep goes on: the rows already in it are
+kept as they are, so a sweep run over several sittings, on several machines, gathers in one folder. ``adopt`` is the
+other way: it gives a sweep's folder on a fresh machine the rows a published folder holds (their records where the runs'
+are read, their rows in the ledger), so the sweep runs only what is not published yet, with the programs it was compiled
+with.
+
+``load`` reads a folder back with every score of every row re-derived from its records (``evaluate.record_scores``),
+and ``report`` makes from them alone what the sweep reported: the budget table (each best chosen on one half of the
+questions, reported on the other), the grid, the claims as one family, and the allocation model.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import write_json
-from ragscale.experiments.published import MANIFEST, provenance, read_records, write_records
+from ragscale.experiments.published import MANIFEST, read_records, write_records
 from ragscale.experiments.sweep.rows import Row
 
 SCORED = ("em", "f1", "acc", "n", "failed", "effective_context_tokens_per_question", "output_tokens_per_question",
           "lm_calls_per_question")  # fmt: skip
 """The fields of a row that its records give again: the rest (timings, estimates) are the manifest's."""
+POINT_FIELDS = ("method", "docs", "shots", "iterations", "key", "status", "made")
+"""A published row's fields that are not the ledger's: where it sits in the grid, and where it was made."""
 PLOT = "accuracy_vs_context.png"
 PARTS = ("table", "grid", "claims", "fit")
 """What ``report`` makes: the budget table, the grid, the claims and the allocation model."""
@@ -55,51 +65,112 @@ class Sweep:
 
 
 def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> Path:
-    """Copy the sweep whose results are in ``sweep_dir`` (its runs in the store ``runs_dir``) to ``folder``."""
-    from ragscale.experiments import tracking
+    """Copy the finished rows of the sweep whose results are in ``sweep_dir`` (its runs in the store ``runs_dir``,
+    or adopted) to ``folder``, keeping the rows the folder already holds (see the module docstring)."""
+    from ragscale.experiments.published import made
     from ragscale.experiments.sweep.ledger import RESULTS
     from ragscale.experiments.sweep.report import plot
     from ragscale.experiments.sweep.scores import read
 
     results = read(Path(sweep_dir) / RESULTS)
+    if "dataset" not in results:
+        raise ConfigError(
+            f"{Path(sweep_dir) / RESULTS}: names no dataset (written by an older ragscale); rerun the sweep"
+        )
+    earlier = _manifest(folder) if (folder / MANIFEST).exists() else {"rows": {}, "oracle": {}}
     folder.mkdir(parents=True, exist_ok=True)
     published: dict[str, dict[str, dict]] = {"rows": {}, "oracle": {}}
-    for part in published:
+    for part, rows in published.items():
         for values in results[part]:
             row = Row.from_json(values, source=str(Path(sweep_dir) / RESULTS))
-            if row.measured:
-                write_records(folder / f"{file_name(row)}.jsonl.gz", runs_dir, row.run_id, row.label)
-                published[part][file_name(row)] = row.to_json()
+            if not row.measured:
+                continue
+            name, kept = file_name(row), earlier[part].get(file_name(row))
+            if kept is None or kept["run_id"] != row.run_id:
+                write_records(folder / f"{name}.jsonl.gz", runs_dir, row.run_id, row.label)
+                kept = {**row.to_json(), "made": made(runs_dir, row.run_id)}
+            rows[name] = kept
+    for stale in set(earlier["rows"]) | set(earlier["oracle"]):
+        if stale not in published["rows"] and stale not in published["oracle"]:
+            (folder / f"{stale}.jsonl.gz").unlink(missing_ok=True)
     if not published["rows"]:
         raise FileNotFoundError(f"{sweep_dir}: no configuration of the sweep finished; nothing to publish")
-    first = next(iter(published["rows"].values()))["run_id"]
-    params = tracking.client(runs_dir).get_run(first).data.params
     manifest = {
-        **provenance(runs_dir, first, command),
-        "dataset": params["dataset"],
-        "lm": params["lm"],
+        "command": command,
+        "date": datetime.now(UTC).date().isoformat(),
+        "dataset": results["dataset"],
+        "lm": results["lm"],
         "grid": results["grid"],
         **published,
     }
     write_json(folder / MANIFEST, manifest, indent=2)
+    _copy_compiled(Path(sweep_dir), folder)
     swept = load(folder)
     title = f"{manifest['dataset']}, {manifest['lm']}, {swept.n} q"
     plot(swept.rows, swept.budgets, folder / PLOT, title=title, oracle=swept.oracle)
     return folder
 
 
+def adopt(folder: Path, sweep_dir: Path, runs_dir: Path) -> int:
+    """Give the sweep whose folder is ``sweep_dir`` the published rows of ``folder`` its ledger lacks: each row's
+    records where the sweep reads a run's (``<runs_dir>/work/<run id>``) and its row in the ledger, under its key, so
+    the sweep counts it as finished, calibrates its estimates on it and reports it. Returns how many it adopted."""
+    from ragscale.experiments.evaluate import PREDICTIONS
+    from ragscale.experiments.files import write_jsonl
+    from ragscale.experiments.sweep.ledger import load_ledger, save_ledger
+
+    manifest, ledger, adopted = _manifest(folder), load_ledger(sweep_dir), 0
+    for part in ("rows", "oracle"):
+        for name, values in manifest[part].items():
+            if values["key"] in ledger:
+                continue
+            work = Path(runs_dir) / "work" / values["run_id"]
+            work.mkdir(parents=True, exist_ok=True)
+            write_jsonl(work / PREDICTIONS, read_records(folder / f"{name}.jsonl.gz"))
+            ledger[values["key"]] = {k: v for k, v in values.items() if k not in POINT_FIELDS}
+            adopted += 1
+    if adopted:
+        Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+        save_ledger(sweep_dir, ledger)
+    _copy_compiled(folder, Path(sweep_dir))
+    return adopted
+
+
+def _copy_compiled(source: Path, target: Path) -> None:
+    """The programs the sweep compiled (``run.COMPILED``: JSON, each named by its settings' key) that ``target``
+    lacks, copied from ``source``: the demonstrations every row of a method and shot count was run with."""
+    import shutil
+
+    from ragscale.experiments.sweep.run import COMPILED
+
+    for program in sorted((source / COMPILED).glob("*.json")):
+        if not (target / COMPILED / program.name).exists():
+            (target / COMPILED).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(program, target / COMPILED / program.name)
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    path = folder / MANIFEST
+    if not path.exists():
+        raise ConfigError(f"{path}: not found; is {folder} a published sweep?")
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if "grid" not in manifest or "rows" not in manifest:
+        raise ConfigError(f"{path}: not a published sweep's manifest (it has no grid and rows)")
+    return manifest
+
+
 def load(folder: Path) -> Sweep:
     """A published sweep with each row's scores re-derived from its records (see the module docstring)."""
     from ragscale.experiments.evaluate import record_scores
 
-    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    manifest = _manifest(folder)
     parts: dict[str, list[Row]] = {"rows": [], "oracle": []}
     em: dict[str, dict[str, float]] = {}
     for part, rows in parts.items():
         for name, values in manifest[part].items():
             records = read_records(folder / f"{name}.jsonl.gz")
             scores = record_scores(records)
-            row = Row.from_json(values, source=f"{folder / MANIFEST} {name}")
+            row = Row.from_json({k: v for k, v in values.items() if k != "made"}, source=f"{folder / MANIFEST} {name}")
             rows.append(replace(row, **{k: scores[k] for k in SCORED}))
             em[row.run_id] = {str(r["id"]): 100.0 * r["em"] for r in records}
     return Sweep(manifest, parts["rows"], parts["oracle"], em)

@@ -88,6 +88,7 @@ log = logging.getLogger(__name__)
 TABLE = "table.md"
 PLOT = "accuracy_vs_context.png"
 PLAN = "plan.md"
+COMPILED = "compiled"  # the programs compiled per method and shots, as JSON (``compiled_path``)
 
 
 @dataclass
@@ -104,6 +105,7 @@ class SweepResult:
     plan: list[PlannedPoint]
     oracle: list[Row] = field(default_factory=list)
     claims: list[dict] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)  # keys not run, or ended, at the time limit: a rerun runs them
 
 
 @dataclass
@@ -171,6 +173,11 @@ class _Replicas:
                 self.busy[index] -= 1
 
 
+class TimeLimitError(Exception):
+    """The sweep's time limit (``stop_after``) passed: the configurations running end, those not started do not
+    start, and the sweep reports what finished."""
+
+
 class _Stopper(BaseCallback):
     """A DSPy callback that ends the sweep's runs in flight once the sweep is stopped: their next module or LM call
     raises what stopped it (a copy of the Ctrl-C or SIGTERM), so each run ends KILLED with what it finished kept, as
@@ -234,10 +241,14 @@ def _setup(
 def _compile(
     base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train: Sequence, docs_per_demo: int | None,
     teacher: str | None = None, load_teacher: Callable[[RunConfig], Any] = load_teacher_for,
+    keep_in: Path | None = None, fingerprint: str = "",
 ):  # fmt: skip
     """Compile ``point.method`` with ``point.shots`` demos once, with the grid's largest k (and n for IterDRAG), by
     the point's teleprompter (``grid.optimizer_of``), its teacher program on ``load_teacher(config)`` when the
-    point's config has a teacher (``teacher`` for a teleprompter that runs one)."""
+    point's config has a teacher (``teacher`` for a teleprompter that runs one). A program an earlier sitting
+    compiled with the same settings and data, kept as JSON in the folder ``keep_in`` (``compiled_path``), is
+    loaded instead: the same demonstrations in every sitting, on every machine that adopts the sweep, and no
+    teacher run again; one compiled now is kept there."""
     import dspy
 
     from ragscale.programs.lm import make_adapter
@@ -247,9 +258,24 @@ def _compile(
     )
     config = point_config(base, widest, docs_per_demo=docs_per_demo, teacher=teacher)
     adapter = make_adapter(base.adapter)
+    saved = None if keep_in is None else compiled_path(keep_in, config, fingerprint)
     with dspy.context(lm=lm, adapter=adapter):
+        if saved is not None and saved.exists():
+            program = build_program_for(config, retriever)
+            program.load(str(saved))
+            return program
         teacher_lm = load_teacher(config) if config.teacher is not None else None
-        return compile_for(config, build_program_for(config, retriever), train, lm, adapter, teacher_lm=teacher_lm)
+        program = compile_for(config, build_program_for(config, retriever), train, lm, adapter, teacher_lm=teacher_lm)
+    if saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        program.save(str(saved))
+    return program
+
+
+def compiled_path(folder: Path, config: RunConfig, fingerprint: str) -> Path:
+    """Where a sweep keeps the program it compiled with ``config`` on the data of ``fingerprint``: named by its
+    method, shots and key, so that a program compiled with other settings or data is never loaded."""
+    return Path(folder) / f"{config.method}-m{config.shots}-{config_key(config, fingerprint)}.json"
 
 
 ORACLE_NOTE = (
@@ -319,6 +345,8 @@ def run_sweep(
     teacher: str | None = None,
     speed: Speed | None = None,
     parallel_runs: int = 1,
+    stop_after: float | None = None,
+    adopt_from: Path | None = None,
     progress: bool = True,
     report: Callable[[str], None] = log.info,
 ) -> SweepResult:
@@ -331,12 +359,18 @@ def run_sweep(
     carries ``base.api_base`` whole, sorted (``shared_api_base``), whichever replica served it, so its key is the
     same on a rerun given the same URLs in any order. Runs at once on a local model share its one engine, which
     batches their requests. Each run's progress bar is drawn only when one runs at a time. The oracle rows run after
-    the grid, one after the other, on the first LM."""
+    the grid, one after the other, on the first LM.
+
+    ``stop_after`` seconds after it starts, the sweep stops (``TimeLimitError``): the configurations running end at
+    their next LM or module call (their finished questions kept: a rerun resumes them), those not started are left,
+    and it reports and plots what finished, as a sweep that ran them all does. ``adopt_from`` names a published
+    sweep (``published.adopt``) whose rows count as finished here: a sweep that goes on on another machine."""
     import dspy
 
     from ragscale.optimizers.context import ContextWindowError
     from ragscale.optimizers.demos import cap_demos
 
+    began = time.monotonic()
     if parallel_runs < 1:
         raise ConfigError(f"parallel_runs must be at least 1, got {parallel_runs}")
     base = shared_api_base(base)
@@ -344,6 +378,10 @@ def run_sweep(
         lm = load_replicas(base)
     replicas = _Replicas(lm if isinstance(lm, list | tuple) else [lm])
     sweep_dir = sweep_dir or sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
+    if adopt_from is not None:
+        from ragscale.experiments.sweep.published import adopt
+
+        report(f"adopted {adopt(adopt_from, sweep_dir, base.runs_dir)} finished rows from {adopt_from}")
     got = _setup(
         grid, base, sweep_dir, lm=replicas.lms[0], examples=examples, retriever=retriever, speed=speed,
         progress=progress,
@@ -383,6 +421,16 @@ def run_sweep(
     compiling: dict[tuple[str, int], threading.Lock] = {}  # one per (method, shots): each is compiled once
     stopper = _Stopper()
     todo = [p for p in planned if p.status == "run"]
+    stopped: list[str] = []
+    timer = None
+    if stop_after is not None:
+        reason = TimeLimitError(f"{stop_after:.0f} s passed")
+        timer = threading.Timer(max(0.0, began + stop_after - time.monotonic()), setattr, (stopper, "reason", reason))
+        timer.daemon = True
+        timer.start()
+
+    def time_up() -> bool:
+        return isinstance(stopper.reason, TimeLimitError)
 
     teachers: list = []  # the teacher LM (--teacher), loaded by the first compile that runs a teacher program
 
@@ -400,7 +448,7 @@ def run_sweep(
             if group not in compiled:
                 compiled[group] = _compile(
                     base, point, grid, lm=replica, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo,
-                    teacher=teacher, load_teacher=teacher_lm,
+                    teacher=teacher, load_teacher=teacher_lm, keep_in=sweep_dir / COMPILED, fingerprint=fingerprint,
                 )  # fmt: skip
             return compiled[group]
 
@@ -409,6 +457,11 @@ def run_sweep(
         name = f"[{number}/{len(todo)}] {point.label}"
         config = point_config(base, point, docs_per_demo=docs_per_demo, teacher=teacher)
         config = replace(config, run_name=f"{sweep_dir.name}-{point.label.replace(' ', '-').replace('=', '')}")
+        if time_up():
+            with shared:
+                report(f"{name}: not started, the time limit passed")
+                stopped.append(item.key)
+            return
         with replicas.take() as index, dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper]):
             replica = replicas.lms[index]
             with shared:
@@ -436,6 +489,11 @@ def run_sweep(
                     failed.append(item.key)
                 return
             except Exception as exc:  # one configuration failing does not stop the sweep; a rerun retries it
+                if time_up():
+                    with shared:
+                        report(f"{name}: ended at the time limit, its finished questions kept for a rerun")
+                        stopped.append(item.key)
+                    return
                 log.exception("configuration %s failed", point.label)
                 with shared:
                     report(f"{name}: failed: {type(exc).__name__}: {exc}")
@@ -471,18 +529,15 @@ def run_sweep(
         ran.sort(key=in_plan.__getitem__)  # in the plan's order, not the order they finished in
         failed.sort(key=in_plan.__getitem__)
         oracle: list[Row] = []
-        if grid.baselines:
-            oracle, oracle_failed = _oracle_rows(
-                base,
-                got,
-                grid,
-                parent=parent,
-                sweep_dir=sweep_dir,
-                fingerprint=fingerprint,
-                progress=progress,
-                report=report,
-            )
-            failed += oracle_failed
+        if grid.baselines and time_up():
+            report("the oracle rows: not run, the time limit passed")
+        elif grid.baselines:
+            with dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper]):
+                oracle, oracle_failed = _oracle_rows(
+                    base, got, grid, parent=parent, sweep_dir=sweep_dir, fingerprint=fingerprint, progress=progress,
+                    report=report,
+                )  # fmt: skip
+            (stopped if time_up() else failed).extend(oracle_failed)
         rows = []
         for item in planned:
             found = ledger.get(item.key) or tracked.get(item.key)
@@ -504,6 +559,8 @@ def run_sweep(
             report(f"the paper's claims were not checked: {type(exc).__name__}: {exc}")
         table = budget_table(rows, grid.budgets, held_out)
         results = {
+            "dataset": base.dataset,
+            "lm": base.lm,
             "grid": asdict(grid),
             "rows": [r.to_json() for r in rows],
             "table": table,
@@ -549,9 +606,14 @@ def run_sweep(
     except BaseException as exc:
         tracking.end_run(base.runs_dir, parent, status="KILLED" if interrupted(exc) else "FAILED")
         raise
+    finally:
+        if timer is not None:
+            timer.cancel()
     tracking.end_run(base.runs_dir, parent)  # failed configurations are counted in its metrics and retried on rerun
     skipped = [p.key for p in planned if p.status != "run"]
-    return SweepResult(sweep_dir, parent, ran, skipped, failed, rows, table, fitted, plot_path, planned, oracle, claims)
+    return SweepResult(
+        sweep_dir, parent, ran, skipped, failed, rows, table, fitted, plot_path, planned, oracle, claims, stopped
+    )
 
 
 def plan_only(

@@ -329,6 +329,53 @@ def test_a_published_sweep_makes_its_report_again_from_its_answers_alone(swept, 
     assert report(load(folder))["grid"] != again["grid"]
 
 
+def test_a_sweep_goes_on_from_its_published_rows_on_a_fresh_machine(swept, smollm2_tokenizer, examples, tmp_path):
+    from ragscale.experiments.sweep.published import MANIFEST, load, publish
+
+    result, _, runs_dir = swept
+    folder = publish(result.sweep_dir, runs_dir, tmp_path / "published", command="pytest")
+    made = json.loads((folder / MANIFEST).read_text())["rows"]["rag-k1-m0"]["made"]
+    assert made["cpu"] and made["git_commit"]
+    fresh = tmp_path / "fresh" / "runs"  # no MLflow store, no work folders, no ledger: only the published folder
+    again = run_sweep(
+        GRID, base_config(fresh), lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, progress=False,
+        speed=SPEED, adopt_from=folder, report=lambda _: None,
+    )  # fmt: skip
+    assert again.ran == [] and again.failed == [] and len(again.rows) == len(result.rows)
+    assert [r.run_id for r in again.oracle] == [r.run_id for r in result.oracle]
+    assert (again.sweep_dir / "table.md").read_text() == (result.sweep_dir / "table.md").read_text()
+    before = (folder / "rag-k1-m0.jsonl.gz").read_bytes()
+    publish(again.sweep_dir, fresh, folder, command="pytest")  # its rows were adopted: kept as they are
+    assert (folder / "rag-k1-m0.jsonl.gz").read_bytes() == before
+    assert json.loads((folder / MANIFEST).read_text())["rows"]["rag-k1-m0"]["made"] == made
+    assert len(load(folder).rows) == len(result.rows)
+
+    from ragscale.experiments.identity import data_fingerprint
+    from ragscale.experiments.sweep.run import COMPILED, _compile
+
+    assert {p.name.rsplit("-", 1)[0] for p in (folder / COMPILED).glob("*.json")} >= {"drag-m2", "iterdrag-m2"}
+    kept = _compile(  # no LM and no training questions: it can only load what the sweep compiled
+        base_config(fresh), Point("iterdrag", 3, 2, 3), GRID, lm=None, retriever=None, train=[], docs_per_demo=None,
+        keep_in=again.sweep_dir / COMPILED, fingerprint=data_fingerprint(*examples),
+    )  # fmt: skip
+    assert any(predictor.demos for predictor in kept.predictors())
+
+
+def test_a_sweep_stopped_at_its_time_limit_reports_what_finished_and_a_rerun_runs_the_rest(
+    tmp_path, smollm2_tokenizer, examples
+):
+    grid = Grid(methods=("rag",), docs=(1,), shots=(0,), iterations=(1,), budgets=(3000,))
+    base, lm = base_config(tmp_path / "runs"), tokenizer_lm(smollm2_tokenizer, examples)
+    reports: list[str] = []
+    common = dict(lm=lm, examples=examples, progress=False, speed=SPEED)
+    stopped = run_sweep(grid, base, stop_after=0.0, report=reports.append, **common)
+    assert stopped.ran == [] and stopped.failed == [] and len(stopped.stopped) == 3  # closed-book m=0, m=1, rag
+    assert stopped.oracle == [] and any("not started, the time limit passed" in line for line in reports)
+    assert (stopped.sweep_dir / "results.json").exists()
+    rest = run_sweep(grid, base, report=lambda _: None, **common)
+    assert len(rest.ran) == 3 and rest.stopped == [] and len(rest.oracle) == 2
+
+
 def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
     result, _, runs_dir = swept
     assert [r.method for r in result.oracle] == ["oracle-gold", "oracle-distractors"]
