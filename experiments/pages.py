@@ -31,7 +31,8 @@ score re-derived from the per-question records:
   configurations and estimated minutes of LM time;
 - ``paper DATASET METHOD``: the accuracy Yue et al. 2024 report for a method's best configuration on a dataset
   (their Figure 1, kept in ``PAPER`` with its source), for scale;
-- ``made FOLDER``: the date and machine (CPU model and code-path flags) the folder's runs were made on;
+- ``made FOLDER``: the date and machine (CPU model and code-path flags) the folder's runs were made on, each with
+  its runs where they were made on several;
 - ``command FOLDER``: the command that made them, as code.
 
 ``render`` rewrites the text of every directive of a page; ``python benchmarks/pages.py`` rewrites ``PAGES`` in
@@ -182,8 +183,13 @@ def value(expr: str) -> str:
     if kind == "seconds":
         return f"{manifest['runs'][args[1]]['metrics'][args[2]]:,.0f}"
     if kind == "made":
-        machine = manifest["machine"]
-        return f"{manifest['date']} on {machine['cpu']} with {machine['cpu_flags']}"
+        machine, rows = manifest["machine"], {}
+        for name, run in manifest["runs"].items():  # a run published before runs kept their machine: the folder's
+            made = run.get("made") or {**machine, "date": manifest["date"]}
+            rows.setdefault(f"{made['date']} on {made['cpu']} with {made['cpu_flags']}", []).append(name)
+        if len(rows) == 1:
+            return next(iter(rows))
+        return "; ".join(f"{', '.join(names)}: {where}" for where, names in rows.items())
     if kind == "command":
         return f"`{manifest['command']}`"
     key, fmt = SCORES[kind]

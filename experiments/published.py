@@ -25,23 +25,32 @@ from ragscale.experiments.files import write_json
 MANIFEST = "manifest.json"
 KEPT = (
     "id", "prediction", "answers", "em", "f1", "acc", "retrieval_recall", "passage_ids", "lm_calls", "input_tokens",
-    "output_tokens", "behaviour", "error",
+    "output_tokens", "sub_questions", "intermediate_answers", "behaviour", "error",
 )  # fmt: skip
-"""The fields of a per-question record that are committed: what re-derives a run's scores and says what it saw."""
+"""The fields of a per-question record that are committed: what re-derives a run's scores and says what it saw and
+asked (the follow-ups of a method that decomposes, with their answers, which also calibrate a sweep's estimates)."""
+MADE = ("cpu", "cpu_flags", "gpu", "git_commit", "git_dirty")
+"""What a run recorded of where it was made (``provenance.py``): the machine and the commit."""
 
 
 def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: str) -> Path:
-    """Copy the finished runs ``run_ids`` of the store in ``runs_dir`` to ``folder`` (see the module docstring)."""
+    """Copy the finished runs ``run_ids`` of the store in ``runs_dir`` to ``folder`` (see the module docstring),
+    beside the runs the folder already holds: a run of the same row and optimizer replaces its row, the others
+    stay, so a table measured over several sittings, or machines, gathers in one folder (each run keeps the
+    machine and date it was made on)."""
     from ragscale.experiments import tracking
 
     folder.mkdir(parents=True, exist_ok=True)
-    client, runs = tracking.client(runs_dir), {}
+    client = tracking.client(runs_dir)
+    runs = load_manifest(folder)["runs"] if (folder / MANIFEST).exists() else {}
     for run_id in run_ids:
         run = client.get_run(run_id)
         params = run.data.params
         name = f"{row_of(params)}-{params['optimizer']}"
         write_records(folder / f"{name}.jsonl.gz", runs_dir, run_id, name)
-        runs[name] = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics)}
+        date = datetime.fromtimestamp(run.info.start_time / 1000, UTC).date().isoformat()
+        made_by = {**made(runs_dir, run_id), "date": date}
+        runs[name] = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics), "made": made_by}
     write_json(folder / MANIFEST, {**provenance(runs_dir, run_ids[-1], command), "runs": runs}, indent=2)
     return folder
 
@@ -66,19 +75,24 @@ def read_records(path: Path) -> list[dict]:
 
 def provenance(runs_dir: Path, run_id: str, command: str) -> dict[str, Any]:
     """What a manifest says of where its runs come from: the command, today's date, and the machine and git commit
-    the run ``run_id`` recorded (``provenance.py``)."""
-    from ragscale.experiments import tracking
-    from ragscale.experiments.provenance import PREFIX
-
-    recorded = tracking.client(runs_dir).get_run(run_id).data.tags.items()
-    tags = {k.removeprefix(PREFIX): v for k, v in recorded if k.startswith(PREFIX)}
+    the run ``run_id`` recorded."""
+    tags = made(runs_dir, run_id)
     return {
         "command": command,
         "date": datetime.now(UTC).date().isoformat(),
-        "machine": {k: tags.get(k) for k in ("cpu", "cpu_flags", "gpu")},
-        "git_commit": tags.get("git_commit"),
-        "git_dirty": tags.get("git_dirty"),
+        "machine": {k: tags[k] for k in ("cpu", "cpu_flags", "gpu")},
+        "git_commit": tags["git_commit"],
+        "git_dirty": tags["git_dirty"],
     }
+
+
+def made(runs_dir: Path, run_id: str) -> dict[str, str | None]:
+    """Where the run ``run_id`` was made: the ``MADE`` tags it recorded."""
+    from ragscale.experiments import tracking
+    from ragscale.experiments.provenance import PREFIX
+
+    recorded = tracking.client(runs_dir).get_run(run_id).data.tags
+    return {k: recorded.get(PREFIX + k) for k in MADE}
 
 
 def row_of(params: dict[str, str]) -> str:
@@ -86,9 +100,13 @@ def row_of(params: dict[str, str]) -> str:
     return params.get("retriever_identity") or params["method"]
 
 
+def load_manifest(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+
+
 def load(folder: Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
     """A published folder's manifest and each run's records by name (``<row>-<optimizer>``)."""
-    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    manifest = load_manifest(folder)
     return manifest, {name: read_records(folder / f"{name}.jsonl.gz") for name in manifest["runs"]}
 
 

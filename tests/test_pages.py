@@ -60,3 +60,24 @@ def test_the_core_claims_are_one_family_across_tables_each_decided_by_em_in_its_
     assert twice["demo-qwen2.5-coder-0.5b"]["ci"].p_adjusted >= retrieval["ci"].p_adjusted  # a larger family
     written = render("<!--= claims demo=demo-qwen2.5-coder-0.5b -->x<!--/-->")
     assert "| retrieval beats closed-book | rag-none - closed-book-none | +19.0 [+11.0, +27.0] *: held |" in written
+
+
+def test_a_folder_made_on_two_machines_says_which_rows_each_made(tmp_path, monkeypatch):
+    import gzip
+    import json
+
+    from ragscale.experiments import pages
+
+    folder = tmp_path / "two-machines"
+    folder.mkdir()
+    cpus = {"rag-none": "AMD EPYC", "drag-bootstrap": "Intel Xeon"}
+    for name in cpus:
+        with gzip.open(folder / f"{name}.jsonl.gz", "wt") as out:
+            out.write("")
+    runs = {name: {"made": {"date": "2026-11-27", "cpu": cpu, "cpu_flags": "avx2"}} for name, cpu in cpus.items()}
+    manifest = {"date": "2026-11-28", "machine": {"cpu": "AMD EPYC", "cpu_flags": "avx2"}, "runs": runs}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    assert pages.value("made two-machines") == (
+        "rag-none: 2026-11-27 on AMD EPYC with avx2; drag-bootstrap: 2026-11-27 on Intel Xeon with avx2"
+    )

@@ -21,11 +21,13 @@ def test_published_records_give_back_the_summary_and_the_table_pairs_them_agains
     config = RunConfig(method="rag", **common)
     oracle = OracleRetriever(load_examples(config)[1], gold_only=True)  # an oracle row is told apart from RAG
     summaries.append(run_experiment(config, lm=scripted_lm(SCRIPT), retriever=oracle, progress=False))
-    folder = publish(runs, [s["mlflow_run_id"] for s in summaries], tmp_path / "published", command="pytest")
+    folder = publish(runs, [s["mlflow_run_id"] for s in summaries[:2]], tmp_path / "published", command="pytest")
+    publish(runs, [summaries[2]["mlflow_run_id"]], folder, command="pytest")  # a later sitting adds its row
 
     manifest, records = load(folder)
     assert list(records) == ["closed-book-none", "rag-none", "oracle-gold-none"] and manifest["command"] == "pytest"
     assert manifest["machine"]["cpu"] and manifest["runs"]["rag-none"]["params"]["docs"] == "2"
+    assert manifest["runs"]["closed-book-none"]["made"]["cpu"] == manifest["machine"]["cpu"]
     for summary, rows in zip(summaries, records.values(), strict=True):
         assert all(set(row) == set(KEPT) for row in rows)
         again = record_scores(rows)
