@@ -31,6 +31,7 @@ LEDGER = "ledger.json"
 RESULTS = "results.json"  # the rows, the per-budget table, the oracle rows and the claims
 ALLOCATION = "allocation.json"  # the fitted allocation model
 SCORES = "scores.json"  # each run's per-question EM, the claims' primary metric (``scores``)
+COMPILED = "compiled"  # the programs compiled per method and shots, as JSON (``run.compiled_path``)
 ROW_FIELDS = (
     "em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
     "eval_s", "wall_s",

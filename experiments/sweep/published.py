@@ -137,11 +137,11 @@ def adopt(folder: Path, sweep_dir: Path, runs_dir: Path) -> int:
 
 
 def _copy_compiled(source: Path, target: Path) -> None:
-    """The programs the sweep compiled (``run.COMPILED``: JSON, each named by its settings' key) that ``target``
+    """The programs the sweep compiled (``ledger.COMPILED``: JSON, each named by its settings' key) that ``target``
     lacks, copied from ``source``: the demonstrations every row of a method and shot count was run with."""
     import shutil
 
-    from ragscale.experiments.sweep.run import COMPILED
+    from ragscale.experiments.sweep.ledger import COMPILED
 
     for program in sorted((source / COMPILED).glob("*.json")):
         if not (target / COMPILED / program.name).exists():

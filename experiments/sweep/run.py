@@ -58,6 +58,7 @@ from ragscale.experiments.sweep.grid import Grid, Point, format_size, point_conf
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.ledger import (
     ALLOCATION,
+    COMPILED,
     ESTIMATE_TAG,
     LEDGER,
     RESULTS,
@@ -88,7 +89,6 @@ log = logging.getLogger(__name__)
 TABLE = "table.md"
 PLOT = "accuracy_vs_context.png"
 PLAN = "plan.md"
-COMPILED = "compiled"  # the programs compiled per method and shots, as JSON (``compiled_path``)
 
 
 @dataclass

@@ -351,7 +351,8 @@ def test_a_sweep_goes_on_from_its_published_rows_on_a_fresh_machine(swept, smoll
     assert len(load(folder).rows) == len(result.rows)
 
     from ragscale.experiments.identity import data_fingerprint
-    from ragscale.experiments.sweep.run import COMPILED, _compile
+    from ragscale.experiments.sweep.ledger import COMPILED
+    from ragscale.experiments.sweep.run import _compile
 
     assert {p.name.rsplit("-", 1)[0] for p in (folder / COMPILED).glob("*.json")} >= {"drag-m2", "iterdrag-m2"}
     kept = _compile(  # no LM and no training questions: it can only load what the sweep compiled
