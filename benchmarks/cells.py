@@ -29,6 +29,8 @@ ORACLE_ROWS = ("oracle-gold", "oracle-distractors")
 ORACLES = (*ORACLE_ROWS, "oracle-all")
 """Every oracle row a cell can be: also all of a question's paragraphs, the distractor setting's."""
 SCORES = ("em", "f1", "acc")
+DOCS = 5
+"""The documents k of every cell unless given: the methods' retrieval, and the padding of oracle-distractors."""
 __all__ = ["EFFECTIVE_CONTEXT", "ORACLE_ROWS", "Cells", "behaviour_cell", "paired", "records_of"]
 
 
@@ -37,7 +39,9 @@ class Cells:
 
     def __init__(self, *, lm: str, teacher: str | None, limit: int, train_limit: int, out_dir: Path,
                  threads: int = 8, gepa_budget: str | None = None, prefix: str = "cell",
-                 api_base: str | None = None, runs_dir: Path | None = None, corpus: str | None = None):  # fmt: skip
+                 api_base: str | None = None, runs_dir: Path | None = None, corpus: str | None = None,
+                 docs: int = DOCS):  # fmt: skip
+        self.docs = docs  # k of every row but the gold oracles, which give the gold paragraphs whatever k
         self.lm_name, self.teacher_name, self.limit, self.train_limit = lm, teacher, limit, train_limit
         self.api_base = api_base  # the server of the student (an openai/<model>); the teacher is local
         self.out_dir, self.threads, self.gepa_budget, self.prefix = out_dir, threads, gepa_budget, prefix
@@ -49,7 +53,13 @@ class Cells:
     def path(self, dataset: str, row: str, optimizer: str) -> Path:
         """The cell's file; a corpus other than ``questions`` (the setting of the committed cells) is in its name."""
         corpus = "" if self.corpus == "questions" else f"__{Path(self.corpus or dataset).stem}"
-        return self.out_dir / f"{dataset}__{row}__{optimizer}__n{self.limit}{corpus}.json"
+        k = "" if self.docs == DOCS else f"__k{self.docs}"
+        return self.out_dir / f"{dataset}__{row}__{optimizer}__n{self.limit}{corpus}{k}.json"
+
+    def docs_of(self, row: str) -> int:
+        """k of a row: the cells' ``docs``, but for the gold oracles, whose prompt holds the gold paragraphs
+        whatever k asks (k as large as MuSiQue's 20 paragraphs, for the prompt's length check)."""
+        return 20 if row in ("oracle-gold", "oracle-all") else self.docs
 
     def done(self, dataset: str, row: str, optimizer: str) -> dict | None:
         path = self.path(dataset, row, optimizer)
@@ -84,7 +94,7 @@ class Cells:
             api_base=self.api_base,
             teacher=self.teacher_name if taught else None,
             budget=self.gepa_budget if optimizer == "gepa" else None,
-            docs=5 if row == "oracle-distractors" else 20,  # distractors pad to 5; the others ignore k
+            docs=self.docs_of(row),
             shots=2,
             docs_per_demo=3,
             limit=self.limit,

@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--teacher", default="qwen2.5-coder-1.5b", help="runs the teacher program when compiling")
     parser.add_argument("--methods", default=",".join(PROGRAMS), help="comma-separated (default: all)")
     parser.add_argument("--optimizers", default="none,bootstrap")
+    parser.add_argument("--docs", type=int, default=5, help="documents k each method retrieves (default 5)")
     parser.add_argument("--no-oracle", action="store_true", help="leave out the two oracle rows")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument(
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         prefix="methods",
         api_base=args.api_base,
         runs_dir=args.runs_dir,
+        docs=args.docs,
     )
     report: dict = {"lm": args.lm, "teacher": args.teacher, "limit": args.limit, "datasets": {}}
     skipped = []
