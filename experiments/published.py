@@ -48,10 +48,9 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
         params = run.data.params
         name = f"{row_of(params)}-{params['optimizer']}"
         write_records(folder / f"{name}.jsonl.gz", runs_dir, run_id, name)
-        date = datetime.fromtimestamp(run.info.start_time / 1000, UTC).date().isoformat()
-        made_by = {**made(runs_dir, run_id), "date": date}
+        made_by = made(run)
         runs[name] = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics), "made": made_by}
-    write_json(folder / MANIFEST, {**provenance(runs_dir, run_ids[-1], command), "runs": runs}, indent=2)
+    write_json(folder / MANIFEST, {**provenance(made_by, command), "runs": runs}, indent=2)
     return folder
 
 
@@ -73,26 +72,25 @@ def read_records(path: Path) -> list[dict]:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def provenance(runs_dir: Path, run_id: str, command: str) -> dict[str, Any]:
+def provenance(made_by: dict[str, str | None], command: str) -> dict[str, Any]:
     """What a manifest says of where its runs come from: the command, today's date, and the machine and git commit
-    the run ``run_id`` recorded."""
-    tags = made(runs_dir, run_id)
+    of ``made_by`` (``made``: the last run published)."""
     return {
         "command": command,
         "date": datetime.now(UTC).date().isoformat(),
-        "machine": {k: tags[k] for k in ("cpu", "cpu_flags", "gpu")},
-        "git_commit": tags["git_commit"],
-        "git_dirty": tags["git_dirty"],
+        "machine": {k: made_by[k] for k in ("cpu", "cpu_flags", "gpu")},
+        "git_commit": made_by["git_commit"],
+        "git_dirty": made_by["git_dirty"],
     }
 
 
-def made(runs_dir: Path, run_id: str) -> dict[str, str | None]:
-    """Where the run ``run_id`` was made: the ``MADE`` tags it recorded."""
-    from ragscale.experiments import tracking
+def made(run: Any) -> dict[str, str | None]:
+    """Where and when an MLflow run was made: the ``MADE`` tags it recorded (``provenance.py``) and the date it
+    started."""
     from ragscale.experiments.provenance import PREFIX
 
-    recorded = tracking.client(runs_dir).get_run(run_id).data.tags
-    return {k: recorded.get(PREFIX + k) for k in MADE}
+    date = datetime.fromtimestamp(run.info.start_time / 1000, UTC).date().isoformat()
+    return {**{k: run.data.tags.get(PREFIX + k) for k in MADE}, "date": date}
 
 
 def row_of(params: dict[str, str]) -> str:

@@ -176,8 +176,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_output_file(args.json_path, "--json")
     if args.stop_after is not None and not args.stop_after > 0:
         raise ConfigError(f"--stop-after {args.stop_after}: must be a positive number of minutes")
-    if args.adopt is not None and not (args.adopt / "manifest.json").is_file():
-        raise ConfigError(f"--adopt {args.adopt}: no manifest.json there; publish a sweep with benchmarks/publish.py")
+    if args.adopt is not None:
+        from ragscale.experiments.sweep.published import manifest_of
+
+        try:
+            manifest_of(args.adopt)  # a published sweep's, read before any model loads
+        except ConfigError as exc:
+            raise ConfigError(f"--adopt: {exc}") from exc
     if args.plan_only:
         plan_only(grid, base, docs_per_demo=args.docs_per_demo, teacher=args.teacher, report=print)
         return 0

@@ -85,6 +85,12 @@ class Point:
         return text + (f" n={self.iterations}" if method_named(self.method).iterates else "")
 
 
+def file_label(label: str) -> str:
+    """``rag k=5 m=2`` -> ``rag-k5-m2``: a configuration's label (``Point.label``, ``Row.label``) as the name of its
+    run and of its published records."""
+    return label.replace("=", "").replace(" ", "-")
+
+
 def grid_points(grid: Grid) -> list[Point]:
     points = []
     if grid.baselines:

@@ -26,23 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.experiments.config import ConfigError
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
-from ragscale.experiments.published import MANIFEST, read_records, write_records
+from ragscale.experiments.published import MANIFEST, em_by_run, read_records, write_records
+from ragscale.experiments.sweep.grid import file_label
 from ragscale.experiments.sweep.rows import Row
 
-SCORED = ("em", "f1", "acc", "n", "failed", "effective_context_tokens_per_question", "output_tokens_per_question",
-          "lm_calls_per_question")  # fmt: skip
+SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question")
 """The fields of a row that its records give again: the rest (timings, estimates) are the manifest's."""
 POINT_FIELDS = ("method", "docs", "shots", "iterations", "key", "status", "made")
 """A published row's fields that are not the ledger's: where it sits in the grid, and where it was made."""
 PLOT = "accuracy_vs_context.png"
 PARTS = ("table", "grid", "claims", "fit")
 """What ``report`` makes: the budget table, the grid, the claims and the allocation model."""
-
-
-def file_name(row: Row) -> str:
-    """``rag k=5 m=2`` -> ``rag-k5-m2``: a row's label as a file name."""
-    return row.label.replace("=", "").replace(" ", "-")
 
 
 @dataclass(frozen=True)
@@ -67,6 +63,7 @@ class Sweep:
 def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> Path:
     """Copy the finished rows of the sweep whose results are in ``sweep_dir`` (its runs in the store ``runs_dir``,
     or adopted) to ``folder``, keeping the rows the folder already holds (see the module docstring)."""
+    from ragscale.experiments import tracking
     from ragscale.experiments.published import made
     from ragscale.experiments.sweep.ledger import RESULTS
     from ragscale.experiments.sweep.report import plot
@@ -77,18 +74,20 @@ def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> P
         raise ConfigError(
             f"{Path(sweep_dir) / RESULTS}: names no dataset (written by an older ragscale); rerun the sweep"
         )
-    earlier = _manifest(folder) if (folder / MANIFEST).exists() else {"rows": {}, "oracle": {}}
+    earlier = manifest_of(folder) if (folder / MANIFEST).exists() else {"rows": {}, "oracle": {}}
     folder.mkdir(parents=True, exist_ok=True)
+    client = tracking.client(runs_dir)
     published: dict[str, dict[str, dict]] = {"rows": {}, "oracle": {}}
     for part, rows in published.items():
         for values in results[part]:
             row = Row.from_json(values, source=str(Path(sweep_dir) / RESULTS))
             if not row.measured:
                 continue
-            name, kept = file_name(row), earlier[part].get(file_name(row))
+            name = file_label(row.label)
+            kept = earlier[part].get(name)
             if kept is None or kept["run_id"] != row.run_id:
                 write_records(folder / f"{name}.jsonl.gz", runs_dir, row.run_id, row.label)
-                kept = {**row.to_json(), "made": made(runs_dir, row.run_id)}
+                kept = {**row.to_json(), "made": made(client.get_run(row.run_id))}
             rows[name] = kept
     for stale in set(earlier["rows"]) | set(earlier["oracle"]):
         if stale not in published["rows"] and stale not in published["oracle"]:
@@ -119,7 +118,7 @@ def adopt(folder: Path, sweep_dir: Path, runs_dir: Path) -> int:
     from ragscale.experiments.files import write_jsonl
     from ragscale.experiments.sweep.ledger import load_ledger, save_ledger
 
-    manifest, ledger, adopted = _manifest(folder), load_ledger(sweep_dir), 0
+    manifest, ledger, adopted = manifest_of(folder), load_ledger(sweep_dir), 0
     for part in ("rows", "oracle"):
         for name, values in manifest[part].items():
             if values["key"] in ledger:
@@ -149,10 +148,10 @@ def _copy_compiled(source: Path, target: Path) -> None:
             shutil.copyfile(program, target / COMPILED / program.name)
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
+def manifest_of(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST
     if not path.exists():
-        raise ConfigError(f"{path}: not found; is {folder} a published sweep?")
+        raise ConfigError(f"{path}: not found; publish a sweep there with benchmarks/publish.py --sweep")
     manifest = json.loads(path.read_text(encoding="utf-8"))
     if "grid" not in manifest or "rows" not in manifest:
         raise ConfigError(f"{path}: not a published sweep's manifest (it has no grid and rows)")
@@ -163,17 +162,16 @@ def load(folder: Path) -> Sweep:
     """A published sweep with each row's scores re-derived from its records (see the module docstring)."""
     from ragscale.experiments.evaluate import record_scores
 
-    manifest = _manifest(folder)
+    manifest = manifest_of(folder)
     parts: dict[str, list[Row]] = {"rows": [], "oracle": []}
-    em: dict[str, dict[str, float]] = {}
+    records: dict[str, list[dict]] = {}  # by run id
     for part, rows in parts.items():
         for name, values in manifest[part].items():
-            records = read_records(folder / f"{name}.jsonl.gz")
-            scores = record_scores(records)
             row = Row.from_json({k: v for k, v in values.items() if k != "made"}, source=f"{folder / MANIFEST} {name}")
+            records[row.run_id] = read_records(folder / f"{name}.jsonl.gz")
+            scores = record_scores(records[row.run_id])
             rows.append(replace(row, **{k: scores[k] for k in SCORED}))
-            em[row.run_id] = {str(r["id"]): 100.0 * r["em"] for r in records}
-    return Sweep(manifest, parts["rows"], parts["oracle"], em)
+    return Sweep(manifest, parts["rows"], parts["oracle"], em_by_run(records))
 
 
 def report(sweep: Sweep) -> dict[str, str]:

@@ -54,7 +54,7 @@ from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation, scores
 from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
-from ragscale.experiments.sweep.grid import Grid, Point, format_size, point_config
+from ragscale.experiments.sweep.grid import Grid, Point, file_label, format_size, point_config
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.ledger import (
     ALLOCATION,
@@ -432,6 +432,9 @@ def run_sweep(
     def time_up() -> bool:
         return isinstance(stopper.reason, TimeLimitError)
 
+    def stoppable():  # the runs started in it end at their next call once the sweep is stopped
+        return dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper])
+
     teachers: list = []  # the teacher LM (--teacher), loaded by the first compile that runs a teacher program
 
     def teacher_lm(config: RunConfig):
@@ -456,13 +459,13 @@ def run_sweep(
         point = item.point
         name = f"[{number}/{len(todo)}] {point.label}"
         config = point_config(base, point, docs_per_demo=docs_per_demo, teacher=teacher)
-        config = replace(config, run_name=f"{sweep_dir.name}-{point.label.replace(' ', '-').replace('=', '')}")
+        config = replace(config, run_name=f"{sweep_dir.name}-{file_label(point.label)}")
         if time_up():
             with shared:
                 report(f"{name}: not started, the time limit passed")
                 stopped.append(item.key)
             return
-        with replicas.take() as index, dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper]):
+        with replicas.take() as index, stoppable():
             replica = replicas.lms[index]
             with shared:
                 # Re-estimated with what the configurations of its method finished so far in this sweep taught.
@@ -532,7 +535,7 @@ def run_sweep(
         if grid.baselines and time_up():
             report("the oracle rows: not run, the time limit passed")
         elif grid.baselines:
-            with dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper]):
+            with stoppable():
                 oracle, oracle_failed = _oracle_rows(
                     base, got, grid, parent=parent, sweep_dir=sweep_dir, fingerprint=fingerprint, progress=progress,
                     report=report,
