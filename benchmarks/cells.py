@@ -105,9 +105,9 @@ class Cells:
             cache=False,  # questions per minute of this run, not of an earlier run's cached calls
             run_name=f"{self.prefix}-{dataset}-{row}-{optimizer}-n{self.limit}",
         )
-        teacher = None
-        if taught:  # GEPA's teacher reflects: room for a rewritten instruction (the engine is shared)
-            teacher = self._lm(self.teacher_name, 1024 if optimizer == "gepa" else None, decode=TEACHER_DECODE)
+        teacher = None  # the run loads the teacher and releases it once compiled, for the student's decode graphs
+        if taught and optimizer == "gepa":  # GEPA's teacher reflects: room for a rewritten instruction
+            teacher = self._lm(self.teacher_name, 1024, decode=TEACHER_DECODE)
         retriever = None
         if oracle:
             train, evalset = load_examples(config)

@@ -101,6 +101,7 @@ def load_teacher_for(config: RunConfig):
         config.teacher,
         api_base=config.teacher_api_base,
         max_tokens=config.max_tokens,
+        cache=config.cache,
         weights=config.weights,
         decode=TEACHER_DECODE,
     )
@@ -229,13 +230,14 @@ def run_experiment(
     ``compiled`` (a program of the same method, compiled earlier) has its state (demos, instructions) loaded into
     the program built from this config instead of compiling again: the sweep compiles once per method and shot
     count and reuses the result across document counts. ``teacher_lm`` (any dspy LM) replaces
-    ``load_lm(config.teacher)``.
+    ``load_lm(config.teacher)``; a teacher or reflection LM loaded here is released once the program is compiled
+    (``release_lm``), leaving its memory to the student's decode graphs.
     """
     import dspy
 
     from ragscale.optimizers.context import fits_context
     from ragscale.programs import method_named
-    from ragscale.programs.lm import make_adapter, meter
+    from ragscale.programs.lm import make_adapter, meter, release_lm
 
     if not 0 <= max_failed <= 1:
         raise ConfigError(f"max_failed must be a fraction between 0 and 1, got {max_failed}")
@@ -308,7 +310,8 @@ def run_experiment(
                     if compiled is not None:
                         program.load_state(compiled.dump_state())
                     else:
-                        if teacher_lm is None and config.teacher is not None:  # only when compiling here
+                        loaded_teacher = teacher_lm is None and config.teacher is not None
+                        if loaded_teacher:  # only when compiling here
                             teacher_lm = load_teacher_for(config)
                         reflection_lm = None
                         if config.reflection_lm is not None:
@@ -319,6 +322,11 @@ def run_experiment(
                                 decode=TEACHER_DECODE,
                             )
                         program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
+                        for helper in (teacher_lm if loaded_teacher else None, reflection_lm):
+                            # loaded here, and not the student's own engine: its memory goes to the student's
+                            # decode graphs
+                            if helper is not None and getattr(helper, "engine", None) is not getattr(lm, "engine", 0):
+                                release_lm(helper)
                 cost = {
                     "compile_s": time.perf_counter() - compile_start,
                     "calls": usage.calls,

@@ -37,6 +37,7 @@ __all__ = [
     "make_adapter",
     "meter",
     "prompt_tokens",
+    "release_lm",
 ]
 
 ADAPTERS: dict[str, Callable[[], dspy.Adapter]] = {
@@ -102,3 +103,14 @@ def load_lm(
     return MeteredLM(
         f"local/{name}", engine=engine, num_retries=0, context_window=engine.context_window, **common, **kwargs
     )
+
+
+def release_lm(lm: dspy.LM) -> None:
+    """Free a local LM's weights for the rest of the process (``TorchEngine.release``): a teacher after compiling,
+    whose memory the student's decode graphs can then take. An LM on a server holds none here."""
+    import gc
+
+    engine = getattr(lm, "engine", None)
+    if engine is not None:
+        engine.release()
+        gc.collect()

@@ -33,7 +33,8 @@ drives.
   string, so it always parses, and its ``logprobs`` hold every option's score (``choice_logprobs``), which a
   call asking for logprobs gets. Any other JSON schema is refused (``UnsupportedFeatureError``) rather than
   ignored.
-- Shutdown: ``close()`` stops the worker and joins it. At interpreter exit an ``atexit`` hook (``_stop_workers``)
+- Shutdown: ``close()`` stops the worker and joins it; ``release()`` also frees the weights for the rest of the
+  process (a teacher after compiling). At interpreter exit an ``atexit`` hook (``_stop_workers``)
   closes every engine whose worker runs, after the forward pass it is in: a worker thread left running into the
   interpreter's finalization aborts the process (see ``_stop_workers``).
 """
@@ -224,6 +225,8 @@ class TorchEngine:
 
         from ragscale.programs.lm.prefix_cache import common_prefix
 
+        if self.batcher is None:
+            raise EngineStoppedError(f"{self.name}: this engine was released (release()); load the model again")
         config = request.config
         max_new = config.max_tokens or 256
         choices = enum_choices(config.response_format)
@@ -321,6 +324,19 @@ class TorchEngine:
                 self.prefixes.clear()
         with _RUNNING_LOCK:
             _RUNNING.discard(self)
+
+    def release(self) -> None:
+        """Close the worker, drop the model, its decode graphs and its prefix cache, and take this engine out of
+        the shared ones (:meth:`shared`): a teacher after compiling leaves its memory to the student's decode
+        graphs, whoever still holds its LM. A request to a released engine raises ``EngineStoppedError``; a later
+        ``shared`` call for the same model loads it again."""
+        if self.batcher is None:
+            return
+        self.close()
+        with _SHARED_LOCK:
+            for key in [key for key, engine in _SHARED.items() if engine is self]:
+                del _SHARED[key]
+        self.model = self.batcher = None
 
     def __deepcopy__(self, memo: dict) -> TorchEngine:
         return self  # the weights and the worker are shared, never copied
@@ -423,6 +439,7 @@ class TorchEngine:
                 first = None if closing else self._queue.get()
                 if first is None:
                     return
+                self.batcher.decoder.prepare()  # the buckets left out for want of memory, if there is room now
             room = self.max_batch_size - (len(self._active.jobs) if self._active else 0)
             new, stop = self._gather(first, room) if not closing else ([], False)
             closing = closing or stop

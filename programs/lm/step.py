@@ -296,8 +296,11 @@ class Decoder:
         self.model = model
         self.way, self.max_rows = pick_way(model, way)
         self.step = DecodeStep(model, compile=self.way == "compiled") if self.way != "hf" else None
-        self.buckets = [b for b in BUCKETS if b <= self.max_rows]
+        self.wanted = [b for b in BUCKETS if b <= self.max_rows]  # the buckets to compile
+        self.buckets = list(self.wanted)
         self.prepared = False
+        self._compiled: list[int] = []  # the buckets compiled so far
+        self._short = 0  # the bucket last left out for want of memory (0: none)
 
     def prepare(self) -> None:
         """Compile the step for every bucket it serves now, once, on a small cache of zeros, rather than at the
@@ -305,33 +308,39 @@ class Decoder:
 
         Each bucket's graph holds its own copy of the step's weights (frozen into it, packed for its kernels), so
         a bucket is compiled only while the memory left after its copy stays above ``KEPT_FREE`` of the machine's;
-        the rows of the buckets left out take transformers' forward."""
+        the rows of the buckets left out take transformers' forward. Called again (the engine does whenever its
+        worker goes from idle to busy), it compiles the buckets left out if the memory is there now: another
+        model released (a teacher after compiling) gives this one its graphs."""
         if self.step is None or self.step.compiled is None or self.prepared:
             return
         from ragscale.programs.lm.kv import buffer_cache
 
-        began = time.perf_counter()
+        began, before = time.perf_counter(), len(self._compiled)
         device = self.model.device
         copy = self.step.weight_bytes()
-        compiled = []
+        short = 0
         with torch.inference_mode():
-            for rows in self.buckets:  # two cached positions of zeros, one step
+            for rows in self.wanted[before:]:  # two cached positions of zeros, one step
                 free, total = memory()
                 if device.type == "cpu" and free - copy < KEPT_FREE * total:
-                    logger.warning(
-                        "the decode step is not compiled for %d or more rows: a graph's copy of the weights "
-                        "(%.1f GB) would leave %.1f of %.1f GB free; those rows take transformers' forward",
-                        rows, copy / 2**30, (free - copy) / 2**30, total / 2**30,
-                    )  # fmt: skip
+                    if rows != self._short:  # said once, not at every later call
+                        logger.warning(
+                            "the decode step is not compiled for %d or more rows: a graph's copy of the weights "
+                            "(%.1f GB) would leave %.1f of %.1f GB free; those rows take transformers' forward "
+                            "until there is room",
+                            rows, copy / 2**30, (free - copy) / 2**30, total / 2**30,
+                        )  # fmt: skip
+                    short = rows
                     break
-                self.buckets = [*compiled, rows]
+                self.buckets, self.max_rows = [*self._compiled, rows], rows
                 cache = buffer_cache(self.model, rows, 4, filled=2)
                 tokens, positions = torch.zeros((rows, 1), dtype=torch.long, device=device), torch.full((rows, 1), 2)
                 self(tokens, torch.ones((rows, 3), dtype=torch.long, device=device), positions.to(device), cache)
-                compiled.append(rows)
-        self.buckets, self.max_rows = compiled, max(compiled, default=0)
-        self.prepared = True
-        logger.info("compiled the decode step for %s rows in %.0f s", compiled, time.perf_counter() - began)
+                self._compiled.append(rows)
+        self.buckets, self.max_rows = list(self._compiled), max(self._compiled, default=0)
+        self.prepared, self._short = not short, short
+        if len(self._compiled) > before:
+            logger.info("compiled the decode step for %s rows in %.0f s", self._compiled, time.perf_counter() - began)
 
     def __call__(self, feed: Any, mask: Any, positions: Any, cache: Any) -> torch.Tensor:
         rows = feed.shape[0]

@@ -235,6 +235,26 @@ def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, da
     assert loaded == [("openai/teacher", "http://teacher:8000/v1", runner.TEACHER_DECODE)]
 
 
+def test_a_teacher_loaded_for_compiling_is_released_before_the_evaluation_and_a_given_one_is_not(
+    tmp_path, data_dir, monkeypatch
+):
+    import ragscale.programs.lm as lms
+    from ragscale.experiments import runner
+
+    teacher, student, released = scripted_lm(SCRIPT), scripted_lm(SCRIPT), []
+    monkeypatch.setattr(runner, "load_named_lm", lambda name, **settings: teacher)
+    monkeypatch.setattr(lms, "release_lm", lambda lm: released.append((lm, len(lm.history), len(student.history))))
+    cfg = config(tmp_path, data_dir, optimizer="bootstrap", teacher="smollm2-135m", shots=1)
+    run_experiment(cfg, lm=student, progress=False)
+    ((lm, taught, answered),) = released
+    assert lm is teacher and taught == len(teacher.history) > 0  # it taught, then was let go
+    assert len(student.history) - answered == 3  # before the student answered the three evaluation questions
+    released.clear()
+    run_experiment(config(tmp_path, data_dir, optimizer="bootstrap", teacher="smollm2-135m", shots=1, seed=1),
+                   lm=student, teacher_lm=scripted_lm(SCRIPT), progress=False)  # fmt: skip
+    assert released == []  # the caller's teacher is the caller's
+
+
 def test_a_local_teacher_decodes_without_compiled_graphs_and_a_server_takes_no_decode_way():
     from ragscale.experiments.runner import TEACHER_DECODE, load_named_lm
 

@@ -292,6 +292,41 @@ def test_complete_raises_at_once_when_the_worker_thread_is_gone(engine):
     assert chat(lm, ask(EIFFEL), max_tokens=4)
 
 
+def test_a_released_engine_frees_its_weights_and_is_no_longer_shared():
+    import weakref
+
+    from ragscale.programs.lm import load_lm, release_lm
+
+    teacher = load_lm("smollm2-135m", max_tokens=4, cache=False, weights="fp32", decode="hf", max_batch_size=3)
+    assert chat(teacher, ask(EIFFEL))
+    engine = teacher.engine
+    weights = weakref.ref(engine.model)
+    release_lm(teacher)
+    assert weights() is None  # freed, though the caller still holds the LM
+    with pytest.raises(Exception, match="was released"):
+        chat(teacher, ask(EIFFEL))
+    again = load_lm("smollm2-135m", max_tokens=4, cache=False, weights="fp32", decode="hf", max_batch_size=3)
+    assert again.engine is not engine and chat(again, ask(EIFFEL))
+    release_lm(again)
+
+
+def test_the_worker_prepares_its_decoder_again_whenever_it_goes_from_idle_to_busy(engine):
+    """So that decode graphs left out for want of memory are compiled once there is room (``Decoder.prepare``)."""
+    served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    decoder, calls = served.batcher.decoder, []
+
+    def prepare():
+        calls.append(1)
+        decoder.__class__.prepare(decoder)
+
+    decoder.prepare = prepare
+    lm = dspy.LM("local", engine=served, cache=False)
+    for _ in range(2):
+        assert chat(lm, ask(EIFFEL), max_tokens=4)
+    served.close()
+    assert len(calls) == 3  # the worker's start, then each request that found it idle
+
+
 def test_complete_waits_at_most_request_timeout_s(engine):
     served = TorchEngine(engine.model, engine.tokenizer, prefix_cache=False, request_timeout_s=0.5)
     served._queue.put = lambda job: None  # the request is never served

@@ -134,3 +134,10 @@ def test_buckets_are_compiled_only_while_the_weights_copy_leaves_memory_free(mon
     with torch.inference_mode():
         logits = decoder(feed, mask, positions, cache_with_prefix(model, 2))
     torch.testing.assert_close(logits, reference_logits(model, 2))
+    assert not decoder.prepared
+    caplog.clear()
+    room = iter([(copy + 8 * 2**30, 16 * 2**30)])  # another model released: room for one more copy, then none
+    monkeypatch.setattr(step, "memory", lambda: next(room, (copy + 2**30, 8 * 2**30)))
+    decoder.prepare()  # what the engine's worker does whenever it goes from idle to busy
+    assert decoder.buckets == [1] and decoder.max_rows == 1 and not decoder.prepared
+    assert "not compiled for 2 or more rows" in caplog.text
