@@ -359,7 +359,9 @@ def run_sweep(
     carries ``base.api_base`` whole, sorted (``shared_api_base``), whichever replica served it, so its key is the
     same on a rerun given the same URLs in any order. Runs at once on a local model share its one engine, which
     batches their requests. Each run's progress bar is drawn only when one runs at a time. The oracle rows run after
-    the grid, one after the other, on the first LM.
+    the grid, one after the other, on the first LM. ``teacher`` (an LM name) runs the teacher programs of the
+    compiles that have one (``grid.optimizer_of``); it is loaded by the first and released after the last, its memory
+    left to the student's decode graphs.
 
     ``stop_after`` seconds after it starts, the sweep stops (``TimeLimitError``): the configurations running end at
     their next LM or module call (their finished questions kept: a rerun resumes them), those not started are left,
@@ -369,6 +371,7 @@ def run_sweep(
 
     from ragscale.optimizers.context import ContextWindowError
     from ragscale.optimizers.demos import cap_demos
+    from ragscale.programs.lm import release_lm
 
     began = time.monotonic()
     if parallel_runs < 1:
@@ -436,6 +439,11 @@ def run_sweep(
         return dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper])
 
     teachers: list = []  # the teacher LM (--teacher), loaded by the first compile that runs a teacher program
+    taught = {  # the compiles that run it; once all are done, it is released for the student's decode graphs
+        (item.point.method, item.point.shots)
+        for item in todo
+        if item.point.shots and point_config(base, item.point, docs_per_demo=docs_per_demo, teacher=teacher).teacher
+    }
 
     def teacher_lm(config: RunConfig):
         with shared:
@@ -453,6 +461,9 @@ def run_sweep(
                     base, point, grid, lm=replica, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo,
                     teacher=teacher, load_teacher=teacher_lm, keep_in=sweep_dir / COMPILED, fingerprint=fingerprint,
                 )  # fmt: skip
+                with shared:
+                    if teachers and taught <= compiled.keys():
+                        release_lm(teachers.pop())
             return compiled[group]
 
     def run_one(number: int, item: PlannedPoint) -> None:

@@ -377,6 +377,22 @@ def test_a_sweep_stopped_at_its_time_limit_reports_what_finished_and_a_rerun_run
     assert len(rest.ran) == 3 and rest.stopped == [] and len(rest.oracle) == 2
 
 
+def test_the_teacher_is_released_once_every_compile_that_runs_it_is_done(
+    tmp_path, smollm2_tokenizer, examples, monkeypatch
+):
+    import ragscale.experiments.sweep.run as sweep_run
+    import ragscale.programs.lm as lms
+
+    teacher, events = tokenizer_lm(smollm2_tokenizer, examples), []
+    monkeypatch.setattr(sweep_run, "load_teacher_for", lambda config: events.append("loaded") or teacher)
+    monkeypatch.setattr(lms, "release_lm", lambda lm: events.append(("released", lm is teacher)))
+    grid = Grid(methods=("iterdrag",), docs=(1,), shots=(0, 1, 2), iterations=(1,), budgets=(8000,), baselines=False)
+    common = dict(lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, progress=False, speed=SPEED)
+    result = run_sweep(grid, base_config(tmp_path / "runs"), teacher="smollm2-135m", **common)
+    assert len(result.ran) == 3 and teacher.history  # m=1 and m=2 compiled on the teacher, m=0 needs none
+    assert events == ["loaded", ("released", True)]
+
+
 def test_the_oracle_rows_run_once_beside_the_grid_as_child_runs_outside_the_budget_table(swept):
     result, _, runs_dir = swept
     assert [r.method for r in result.oracle] == ["oracle-gold", "oracle-distractors"]
