@@ -2,7 +2,7 @@
 
     python benchmarks/graders.py [--lm qwen2.5-coder-0.5b] [--teacher qwen2.5-coder-1.5b] [--limit 50]
                                  [--train-limit 32] [--optimizers none,labeled,bootstrap] [--shots 4]
-                                 [--calibrate] [--json FILE]
+                                 [--calibrate] [--json FILE] [--publish NAME]
 
 The labels come from the data: for each question, one supporting paragraph ("relevant") and one other paragraph
 of the question ("irrelevant"), so half of the passages are relevant (`ragscale.optimizers.graders.grade_examples`).
@@ -16,7 +16,9 @@ themselves (a ceiling, not a result). With `--teacher`, bootstrap's traces are t
 teacher's (the graders compiled on the larger model's traces); `labeled` compiles on the labels alone. The LM
 graded with is always `--lm`. DSPy's cache is off. With `--calibrate`, each optimizer's grader is scored a second
 time after learning the prior its prompt gives on content-free inputs (`ragscale.programs.calibration`), as the
-row "<optimizer> + calibration".
+row "<optimizer>-calibrated". With `--publish NAME`, every passage's grade and margin is committed to
+`benchmarks/results/NAME/` (`ragscale.experiments.graded`), from which a page's `graders NAME` directive makes the
+table again.
 """
 
 from __future__ import annotations
@@ -25,56 +27,30 @@ import argparse
 import contextvars
 import json
 import logging
-import math
+import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ragscale.experiments.files import write_json
+from ragscale.experiments.graded import format_table, publish, scores
 
-COLUMNS = ("optimizer", "demos", "accuracy", "relevant recall", "irrelevant recall", "ambiguous", "AUC",
-           "best threshold", "compile LM calls", "compile s", "grade s")  # fmt: skip
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def score(grader, examples, threads: int) -> dict:
+def grade(grader, examples, threads: int) -> tuple[list[dict], float]:
+    """Each passage's grade as committed (``graded.record``), and the seconds grading took."""
+    from ragscale.experiments.graded import record
+
     def one(example):
         prediction = grader(**example.inputs(), config={"logprobs": True})
-        return prediction.grade, grader.probabilities(prediction)
+        return record(example.passage_id, example.grade, prediction.grade, grader.probabilities(prediction))
 
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:  # each task runs in a copy of this thread's dspy.context
         graded = [f.result() for f in [pool.submit(contextvars.copy_context().run, one, e) for e in examples]]
-    seconds = time.perf_counter() - start
-    grades = [grade for grade, _ in graded]
-
-    def share(rows) -> float:
-        return 100.0 * sum(g == e.grade for e, g in rows) / max(1, len(rows))
-
-    pairs = list(zip(examples, grades, strict=True))
-    return {
-        "accuracy": share(pairs),
-        "relevant_recall": share([p for p in pairs if p[0].grade == "relevant"]),
-        "irrelevant_recall": share([p for p in pairs if p[0].grade == "irrelevant"]),
-        "ambiguous": 100.0 * grades.count("ambiguous") / len(grades),
-        **separation(examples, [p for _, p in graded]),
-        "grade_s": seconds,
-    }
-
-
-def separation(examples, probabilities) -> dict:
-    """How well the grader's margin log P(relevant) - log P(irrelevant) separates the labels, whatever the
-    decision rule: its AUC, and the accuracy of the best single threshold on it (chosen on these passages: the
-    ceiling of any calibration that moves one threshold). None when the LM gives no option scores."""
-    if any(p is None for p in probabilities):
-        return {"auc": None, "best_threshold_accuracy": None}
-    margins = [math.log(p["relevant"]) - math.log(p["irrelevant"]) for p in probabilities]
-    relevant = [e.grade == "relevant" for e in examples]
-    pos = [m for m, r in zip(margins, relevant, strict=True) if r]
-    neg = [m for m, r in zip(margins, relevant, strict=True) if not r]
-    auc = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / max(1, len(pos) * len(neg))
-    best = max(sum((m >= t) == r for m, r in zip(margins, relevant, strict=True)) for t in [*margins, math.inf])
-    return {"auc": auc, "best_threshold_accuracy": 100.0 * best / len(margins)}
+    return graded, time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--calibrate", action="store_true", help="also score each grader calibrated")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--publish", metavar="NAME", help="commit every grade to benchmarks/results/NAME/")
     args = parser.parse_args(argv)
 
     from ragscale.process import prepare_process
@@ -107,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     teacher = load_named_lm(args.teacher, cache=False, decode=TEACHER_DECODE) if args.teacher else None
     adapter = make_adapter("field")
     train = load_split("hotpotqa", "train")[: args.train_limit]
-    dev = grade_examples(load_split("hotpotqa", "dev")[: args.limit])
-    rows = []
+    dev = grade_examples(load_split("hotpotqa", "dev")[: args.limit], ids=True)
+    rows, grades = {}, {}
     with dspy.context(lm=lm, adapter=adapter):
         for optimizer in [o.strip() for o in args.optimizers.split(",") if o.strip()]:
             start = time.perf_counter()
@@ -122,41 +99,34 @@ def main(argv: list[str] | None = None) -> int:
                     adapter=adapter,
                     teacher_lm=teacher if optimizer in TEACHER_OPTIMIZERS else None,
                 )
-            row = {"optimizer": optimizer, "demos": len(grader.demos), "compile_lm_calls": usage.calls,
-                   "compile_s": time.perf_counter() - start,
-                   "demo_grades": dict(Counter(str(d.get("grade")) for d in grader.demos))}  # fmt: skip
-            row.update(score(grader, dev, args.threads))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            params = {"optimizer": optimizer, "shots": args.shots, "train_questions": len(train),
+                      "demo_grades": dict(Counter(str(d.get("grade")) for d in grader.demos))}  # fmt: skip
+            metrics = {"compile_lm_calls": usage.calls, "compile_s": time.perf_counter() - start}
+            grades[optimizer], metrics["grade_s"] = grade(grader, dev, args.threads)
+            rows[optimizer] = {"params": params, "metrics": metrics}
+            print(json.dumps({**params, **metrics, **scores(grades[optimizer])}), flush=True)
             if args.calibrate:
                 start = time.perf_counter()
                 with meter() as usage:
                     grader.calibrate(lm=lm)
-                row = {**row, "optimizer": f"{optimizer} + calibration", "calibration": grader.calibration,
-                       "compile_lm_calls": row["compile_lm_calls"] + usage.calls,
-                       "compile_s": row["compile_s"] + time.perf_counter() - start}  # fmt: skip
-                row.update(score(grader, dev, args.threads))
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                name = f"{optimizer}-calibrated"
+                calibrated = {"compile_lm_calls": metrics["compile_lm_calls"] + usage.calls,
+                              "compile_s": metrics["compile_s"] + time.perf_counter() - start}  # fmt: skip
+                grades[name], calibrated["grade_s"] = grade(grader, dev, args.threads)
+                rows[name] = {"params": {**params, "calibration": grader.calibration}, "metrics": calibrated}
+                print(json.dumps({**rows[name]["params"], **calibrated, **scores(grades[name])}), flush=True)
 
     taught = f", bootstrap taught by {args.teacher}" if args.teacher else ""
     sizes = f"{len(dev)} HotpotQA dev passages ({args.limit} questions), {len(train)} train questions"
     print(f"\n{args.lm}{taught}: {sizes}\n")
-    print("| " + " | ".join(COLUMNS) + " |")
-    print("|---|" + "--:|" * (len(COLUMNS) - 1))
-    for r in rows:
-        cells = [r["optimizer"], str(r["demos"]), f"{r['accuracy']:.1f}", f"{r['relevant_recall']:.1f}",
-                 f"{r['irrelevant_recall']:.1f}", f"{r['ambiguous']:.1f}", _num(r["auc"], "{:.3f}"),
-                 _num(r["best_threshold_accuracy"], "{:.1f}"), str(r["compile_lm_calls"]),
-                 f"{r['compile_s']:.0f}", f"{r['grade_s']:.0f}"]  # fmt: skip
-        print("| " + " | ".join(cells) + " |")
+    print(format_table(rows, grades))
+    if args.publish:
+        command = "python benchmarks/graders.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        print(f"\npublished to {publish(RESULTS / args.publish, rows, grades, command=command)}")
     if args.json:
-        write_json(args.json, {"lm": args.lm, "teacher": args.teacher, "n": len(dev), "rows": rows}, indent=2)
+        found = {name: {**row["params"], **row["metrics"], **scores(grades[name])} for name, row in rows.items()}
+        write_json(args.json, {"lm": args.lm, "teacher": args.teacher, "n": len(dev), "rows": found}, indent=2)
     return 0
-
-
-def _num(value, fmt: str) -> str:
-    return "" if value is None else fmt.format(value)
 
 
 if __name__ == "__main__":

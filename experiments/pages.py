@@ -25,6 +25,8 @@ score re-derived from the per-question records:
   (``wall_s``, ``index_s``, ``compile_s``, ...);
 - ``sweep FOLDER PART``: a published sweep's budget table, grid, claims or allocation model, made again from its
   records (``sweep.published.report``; ``PART`` one of ``table``, ``grid``, ``claims``, ``fit``);
+- ``graders FOLDER``: a grader benchmark's table, made again from every passage's committed grade
+  (``graded.table``);
 - ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);
 - ``rule``: the rule by which a family's differences are called real (``family.RULE``);
 - ``plan FILE``: the summary line of a sweep's plan (``ragscale sweep --plan-only``) kept as ``FILE``: its
@@ -143,7 +145,7 @@ def value(expr: str) -> str:
         folders = [RESULTS / folder for _, _, folder in labelled]
         return "\n\n" + core_claims.table(folders, [label for label, _, _ in labelled]) + "\n\n"
     arity = {
-        "table": 2, "behaviour": 1, "sweep": 2, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3,
+        "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3,
         "made": 1, "command": 1,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
@@ -165,6 +167,10 @@ def value(expr: str) -> str:
             shown = format_behaviour(_scores(args[0], name)["behaviour"])
             lines.append(f"| {row_of(run['params'])} | {run['params']['optimizer']} | {shown} |")
         return "\n\n" + "\n".join(lines) + "\n\n"
+    if kind == "graders":
+        from ragscale.experiments.graded import table as graders_table
+
+        return "\n\n" + graders_table(RESULTS / args[0]) + "\n\n"
     if kind == "sweep":
         from ragscale.experiments.sweep.published import PARTS
 

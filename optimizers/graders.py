@@ -31,8 +31,10 @@ from ragscale.signatures import Grade
 logger = logging.getLogger(__name__)
 
 
-def grade_examples(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
-    """Two labelled passages per example with paragraphs: a supporting one, then (if any) another one."""
+def grade_examples(examples: Sequence[dspy.Example], *, ids: bool = False) -> list[dspy.Example]:
+    """Two labelled passages per example with paragraphs: a supporting one, then (if any) another one. With
+    ``ids``, each also carries ``passage_id`` (``<question id>/<title>``), for a benchmark that keeps each grade;
+    demonstrations are made without, as they show every field they carry."""
     labelled = []
     for example in examples:
         paragraphs = example.get("paragraphs") or []
@@ -41,8 +43,9 @@ def grade_examples(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
         for paragraph, grade in ((supporting[:1], "relevant"), (others[:1], "irrelevant")):
             for p in paragraph:
                 document = format_passage(Passage(id=p["title"], title=p["title"], text=p["text"]))
+                named = {"passage_id": f"{example.id}/{p['title']}"} if ids else {}
                 labelled.append(
-                    dspy.Example(question=example.question, document=document, grade=grade).with_inputs(
+                    dspy.Example(question=example.question, document=document, grade=grade, **named).with_inputs(
                         "question", "document"
                     )
                 )
