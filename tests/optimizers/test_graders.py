@@ -30,6 +30,9 @@ def test_grade_examples_label_a_supporting_paragraph_relevant_and_another_irrele
         assert relevant.document.split(":")[0] in example.supporting_titles
         assert irrelevant.document.split(":")[0] not in example.supporting_titles
         assert set(relevant.inputs().keys()) == {"question", "document"}
+        assert "passage_id" not in relevant  # a demonstration shows every field it carries
+    named = grade_examples(examples, ids=True)
+    assert [e.passage_id for e in named[:2]] == [f"{examples[0].id}/{e.document.split(':')[0]}" for e in labelled[:2]]
 
 
 def test_grade_match_is_one_only_for_the_label():
