@@ -27,6 +27,7 @@ import argparse
 import contextvars
 import json
 import logging
+import shlex
 import sys
 import time
 from collections import Counter
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.lm}{taught}: {sizes}\n")
     print(format_table(rows, grades))
     if args.publish:
-        command = "python benchmarks/graders.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = shlex.join(["python", "benchmarks/graders.py", *(argv if argv is not None else sys.argv[1:])])
         print(f"\npublished to {publish(RESULTS / args.publish, rows, grades, command=command)}")
     if args.json:
         found = {name: {**row["params"], **row["metrics"], **scores(grades[name])} for name, row in rows.items()}

@@ -1,10 +1,10 @@
 """Files an experiment writes: whole or not at all, and names safe for a file system.
 
-A JSON or JSONL file is written to a temporary file beside it (named with the process id, so two processes never
-share one) and moved over the target in one rename: a reader, or a run that crashed half-way, sees the old file
-or the new one, never a part. ``slug`` turns an LM name or path into a short file-name-safe label. ``exclusive``
-holds a lock file while processes that share a runs directory must take turns (creating the MLflow store, building
-an index).
+A JSON or JSONL file (plain or gzip-compressed) is written to a temporary file beside it (named with the process
+id, so two processes never share one) and moved over the target in one rename: a reader, or a run that crashed
+half-way, sees the old file or the new one, never a part. ``slug`` turns an LM name or path into a short
+file-name-safe label. ``exclusive`` holds a lock file while processes that share a runs directory must take turns
+(creating the MLflow store, building an index).
 """
 
 from __future__ import annotations
@@ -35,6 +35,20 @@ def write_json(path: Path, value: Any, *, indent: int = 1) -> None:
 def write_jsonl(path: Path, rows: Iterable[Any]) -> None:
     """One JSON value per line, written atomically."""
     _replace(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+
+
+def write_jsonl_gz(path: Path, rows: Iterable[Any]) -> None:
+    """One JSON value per line, gzip-compressed with no timestamp (the same rows give the same bytes), written
+    atomically: what a committed results folder holds."""
+    import gzip
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    with open(partial, "wb") as raw, gzip.GzipFile(path.name, "wb", fileobj=raw, mtime=0) as out:
+        out.write(text.encode())  # the header names the file as itself, not as the temporary file
+    partial.replace(path)
 
 
 def slug(text: str) -> str:

@@ -68,18 +68,16 @@ def publish(folder: Path, rows: dict[str, dict], grades: dict[str, list[dict]], 
     ``rows`` holds each row's settings and timings by its name (its optimizer, ``-calibrated`` added for a
     calibrated grader): ``params`` (``optimizer``, ``demo_grades``, ...) and ``metrics`` (``compile_lm_calls``,
     ...)."""
-    import gzip
-    import json
-
-    from ragscale.experiments.files import write_json
+    from ragscale.experiments.files import write_json, write_jsonl_gz
     from ragscale.experiments.provenance import git_state, machine
 
     folder.mkdir(parents=True, exist_ok=True)
-    made_by = {**machine(), **git_state(), "date": datetime.now(UTC).date().isoformat()}
+    for stale in set(folder.glob("*.jsonl.gz")) - {folder / f"{name}.jsonl.gz" for name in grades}:
+        stale.unlink()  # a row the folder held before and this benchmark did not grade
+    made_by = {"git_commit": None, "git_dirty": None, **machine(), **git_state()}
+    made_by["date"] = datetime.now(UTC).date().isoformat()
     for name, kept in grades.items():
-        lines = "".join(json.dumps({k: g[k] for k in KEPT}, ensure_ascii=False) + "\n" for g in kept)
-        with gzip.GzipFile(folder / f"{name}.jsonl.gz", "wb", mtime=0) as out:
-            out.write(lines.encode())
+        write_jsonl_gz(folder / f"{name}.jsonl.gz", ({k: g[k] for k in KEPT} for g in kept))
     runs = {name: {**row, "made": made_by} for name, row in rows.items()}
     write_json(folder / MANIFEST, {**provenance(made_by, command), "runs": runs}, indent=2)
     return folder

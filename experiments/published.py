@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
-from ragscale.experiments.files import write_json
+from ragscale.experiments.files import write_json, write_jsonl_gz
 
 MANIFEST = "manifest.json"
 KEPT = (
@@ -62,9 +62,7 @@ def write_records(path: Path, runs_dir: Path, run_id: str, name: str) -> None:
     records = run_records(runs_dir, run_id)
     if records is None:
         raise FileNotFoundError(f"run {run_id} ({name}) has no per-question records to publish")
-    kept = "".join(json.dumps({k: r.get(k) for k in KEPT}, ensure_ascii=False) + "\n" for r in records)
-    with gzip.GzipFile(path, "wb", mtime=0) as out:
-        out.write(kept.encode())
+    write_jsonl_gz(path, ({k: r.get(k) for k in KEPT} for r in records))
 
 
 def read_records(path: Path) -> list[dict]:

@@ -310,22 +310,24 @@ def run_experiment(
                     if compiled is not None:
                         program.load_state(compiled.dump_state())
                     else:
-                        loaded_teacher = teacher_lm is None and config.teacher is not None
-                        if loaded_teacher:  # only when compiling here
+                        loaded = []  # the LMs loaded here: released once compiled, for the student's decode graphs
+                        if teacher_lm is None and config.teacher is not None:  # only when compiling here
                             teacher_lm = load_teacher_for(config)
+                            loaded.append(teacher_lm)
                         reflection_lm = None
                         if config.reflection_lm is not None:
                             reflection_lm = load_named_lm(  # room for a rewritten instruction
                                 config.reflection_lm,
                                 max_tokens=max(config.max_tokens, 1024),
+                                cache=config.cache,
                                 weights=config.weights,
                                 decode=TEACHER_DECODE,
                             )
-                        program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
-                        for helper in (teacher_lm if loaded_teacher else None, reflection_lm):
-                            # loaded here, and not the student's own engine: its memory goes to the student's
-                            # decode graphs
-                            if helper is not None and getattr(helper, "engine", None) is not getattr(lm, "engine", 0):
+                            loaded.append(reflection_lm)
+                        try:
+                            program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
+                        finally:
+                            for helper in loaded:
                                 release_lm(helper)
                 cost = {
                     "compile_s": time.perf_counter() - compile_start,

@@ -439,11 +439,12 @@ def run_sweep(
         return dspy.context(callbacks=[*dspy.settings.get("callbacks", []), stopper])
 
     teachers: list = []  # the teacher LM (--teacher), loaded by the first compile that runs a teacher program
-    taught = {  # the compiles that run it; once all are done, it is released for the student's decode graphs
+    taught = {  # the compiles that run it; once each has been tried, it is released for the student's decode graphs
         (item.point.method, item.point.shots)
         for item in todo
         if item.point.shots and point_config(base, item.point, docs_per_demo=docs_per_demo, teacher=teacher).teacher
     }
+    tried: set[tuple[str, int]] = set()
 
     def teacher_lm(config: RunConfig):
         with shared:
@@ -457,13 +458,17 @@ def run_sweep(
             group_lock = compiling.setdefault(group, threading.Lock())
         with group_lock:
             if group not in compiled:
-                compiled[group] = _compile(
-                    base, point, grid, lm=replica, retriever=got.retriever, train=train, docs_per_demo=docs_per_demo,
-                    teacher=teacher, load_teacher=teacher_lm, keep_in=sweep_dir / COMPILED, fingerprint=fingerprint,
-                )  # fmt: skip
-                with shared:
-                    if teachers and taught <= compiled.keys():
-                        release_lm(teachers.pop())
+                try:
+                    compiled[group] = _compile(
+                        base, point, grid, lm=replica, retriever=got.retriever, train=train,
+                        docs_per_demo=docs_per_demo, teacher=teacher, load_teacher=teacher_lm,
+                        keep_in=sweep_dir / COMPILED, fingerprint=fingerprint,
+                    )  # fmt: skip
+                finally:  # a compile that failed is tried again by its group's next point, loading the teacher again
+                    with shared:
+                        tried.add(group)
+                        if teachers and taught <= tried:
+                            release_lm(teachers.pop())
             return compiled[group]
 
     def run_one(number: int, item: PlannedPoint) -> None:

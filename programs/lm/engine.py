@@ -96,7 +96,8 @@ def decode_way() -> str:
 
 
 class EngineStoppedError(RuntimeError):
-    """A request the engine did not finish because it was closed without finishing (the interpreter exiting)."""
+    """A request the engine did not finish: it was closed without finishing (the interpreter exiting), or
+    released (``TorchEngine.release``)."""
 
 
 def _stop_workers() -> None:
@@ -160,6 +161,8 @@ class TorchEngine:
         self._worker: threading.Thread | None = None
         self._halt = False  # close(finish_running=False): stop after the current step, fail what is unfinished
         self._preparing = 0  # callers inside complete() that have not queued their request yet
+        self._users = 0  # the callers shared() gave it to that have not released it
+        self._released = False  # release() freed the model: no request is served any more
 
     @classmethod
     def shared(
@@ -175,7 +178,7 @@ class TorchEngine:
         """The engine of a model loaded once per process: the same model, device, dtype, batch size, weight
         layout (the one ``weights`` means, ``models.layout_for``: the default, ``auto`` and the layout they name
         are one) and decode way (``decode``, else :func:`decode_way`) give the same engine (weights and worker
-        shared). ``load_model`` says what the arguments mean."""
+        shared). ``load_model`` says what the arguments mean. Each caller holds it until it calls :meth:`release`."""
         from ragscale.programs.lm.models import layout_for, load_model, pick_device_dtype, resolve
 
         picked_device, torch_dtype = pick_device_dtype(device, dtype)
@@ -186,13 +189,14 @@ class TorchEngine:
             if key not in _SHARED:
                 model, tokenizer = load_model(name, device=device, dtype=dtype, weights=layout)
                 _SHARED[key] = cls(model, tokenizer, name=name, max_batch_size=max_batch_size, decode=decode)
+            _SHARED[key]._users += 1
             return _SHARED[key]
 
     # -- what the batch step counted (kept by the batcher, read here) ------------------------------------------
     @property
     def prefixes(self) -> PrefixCache | None:
-        """The prefix cache (None when disabled)."""
-        return self.batcher.prefixes
+        """The prefix cache (None when disabled, or the engine released)."""
+        return None if self.batcher is None else self.batcher.prefixes
 
     @property
     def batch_sizes(self) -> Counter[int]:
@@ -225,7 +229,7 @@ class TorchEngine:
 
         from ragscale.programs.lm.prefix_cache import common_prefix
 
-        if self.batcher is None:
+        if self._released:
             raise EngineStoppedError(f"{self.name}: this engine was released (release()); load the model again")
         config = request.config
         max_new = config.max_tokens or 256
@@ -326,16 +330,20 @@ class TorchEngine:
             _RUNNING.discard(self)
 
     def release(self) -> None:
-        """Close the worker, drop the model, its decode graphs and its prefix cache, and take this engine out of
-        the shared ones (:meth:`shared`): a teacher after compiling leaves its memory to the student's decode
-        graphs, whoever still holds its LM. A request to a released engine raises ``EngineStoppedError``; a later
-        ``shared`` call for the same model loads it again."""
-        if self.batcher is None:
-            return
-        self.close()
+        """The caller is done with this engine: once every caller :meth:`shared` gave it to has released it (at
+        once for an engine made directly), close the worker, drop the model, its decode graphs and its prefix
+        cache, and take the engine out of the shared ones. A teacher after compiling so leaves its memory to the
+        student's decode graphs, unless the student is the same engine. A request to a released engine raises
+        ``EngineStoppedError``; a later ``shared`` call for the same model loads it again."""
         with _SHARED_LOCK:
+            self._users = max(0, self._users - 1)
+            if self._users or self._released:
+                return
             for key in [key for key, engine in _SHARED.items() if engine is self]:
                 del _SHARED[key]
+        with self._start_lock:
+            self._released = True  # from here no request starts a worker
+        self.close()
         self.model = self.batcher = None
 
     def __deepcopy__(self, memo: dict) -> TorchEngine:
@@ -384,6 +392,8 @@ class TorchEngine:
     # -- batching -------------------------------------------------------------------------------------------------
     def _submit(self, job: Job) -> None:
         with self._start_lock:
+            if self._released:
+                raise EngineStoppedError(f"{self.name}: this engine was released (release()); load the model again")
             if self._worker is None or not self._worker.is_alive():
                 if _EXITING.is_set():
                     raise EngineStoppedError(f"{self.name}: the interpreter is exiting; no request is served now")

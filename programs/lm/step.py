@@ -333,9 +333,15 @@ class Decoder:
                     short = rows
                     break
                 self.buckets, self.max_rows = [*self._compiled, rows], rows
-                cache = buffer_cache(self.model, rows, 4, filled=2)
-                tokens, positions = torch.zeros((rows, 1), dtype=torch.long, device=device), torch.full((rows, 1), 2)
-                self(tokens, torch.ones((rows, 3), dtype=torch.long, device=device), positions.to(device), cache)
+                try:
+                    cache = buffer_cache(self.model, rows, 4, filled=2)
+                    feed = torch.zeros((rows, 1), dtype=torch.long, device=device)
+                    mask = torch.ones((rows, 3), dtype=torch.long, device=device)
+                    self(feed, mask, torch.full((rows, 1), 2, device=device), cache)
+                except Exception:  # no graph for it, and none tried again: its rows take transformers' forward
+                    logger.exception("the decode step could not be compiled for %d rows", rows)
+                    short = 0
+                    break
                 self._compiled.append(rows)
         self.buckets, self.max_rows = list(self._compiled), max(self._compiled, default=0)
         self.prepared, self._short = not short, short

@@ -292,20 +292,23 @@ def test_complete_raises_at_once_when_the_worker_thread_is_gone(engine):
     assert chat(lm, ask(EIFFEL), max_tokens=4)
 
 
-def test_a_released_engine_frees_its_weights_and_is_no_longer_shared():
+def test_a_shared_engine_frees_its_weights_when_its_last_holder_releases_it():
     import weakref
 
     from ragscale.programs.lm import load_lm, release_lm
 
-    teacher = load_lm("smollm2-135m", max_tokens=4, cache=False, weights="fp32", decode="hf", max_batch_size=3)
-    assert chat(teacher, ask(EIFFEL))
+    settings = {"max_tokens": 4, "cache": False, "weights": "fp32", "decode": "hf", "max_batch_size": 3}
+    teacher, student = load_lm("smollm2-135m", **settings), load_lm("smollm2-135m", **settings)
     engine = teacher.engine
+    assert student.engine is engine and chat(teacher, ask(EIFFEL))
     weights = weakref.ref(engine.model)
-    release_lm(teacher)
-    assert weights() is None  # freed, though the caller still holds the LM
+    release_lm(teacher)  # the student still holds it
+    assert chat(student, ask(EIFFEL)) and weights() is not None
+    release_lm(student)
+    assert weights() is None  # freed, though the callers still hold their LMs
     with pytest.raises(Exception, match="was released"):
         chat(teacher, ask(EIFFEL))
-    again = load_lm("smollm2-135m", max_tokens=4, cache=False, weights="fp32", decode="hf", max_batch_size=3)
+    again = load_lm("smollm2-135m", **settings)
     assert again.engine is not engine and chat(again, ask(EIFFEL))
     release_lm(again)
 

@@ -117,6 +117,21 @@ def test_the_compiled_step_gives_the_static_steps_tokens():
         torch.testing.assert_close(a, b, rtol=0.05, atol=0.5)
 
 
+def test_a_bucket_whose_warm_up_fails_is_left_to_transformers_forward_and_not_tried_again(monkeypatch, caplog):
+    import ragscale.programs.lm.kv as kv
+
+    model, _ = load_model("smollm2-135m", weights="int8")
+    decoder = Decoder(model, "compiled")
+
+    def no_room(*args, **kwargs):
+        raise MemoryError("no room for a KV buffer")
+
+    monkeypatch.setattr(kv, "buffer_cache", no_room)
+    decoder.prepare()  # what the engine's worker does; it must not end the worker
+    assert decoder.buckets == [] and decoder.max_rows == 0 and decoder.prepared
+    assert "could not be compiled for 1 rows" in caplog.text
+
+
 def test_buckets_are_compiled_only_while_the_weights_copy_leaves_memory_free(monkeypatch, caplog):
     """Each bucket's graph holds a copy of the step's weights: with no room for one, no bucket is compiled, the
     reason is logged, and every step (no graph compiled at run time either) is transformers' forward."""
