@@ -26,7 +26,7 @@ score re-derived from the per-question records:
 - ``sweep FOLDER PART``: a published sweep's budget table, grid, claims or allocation model, made again from its
   records (``sweep.published.report``; ``PART`` one of ``table``, ``grid``, ``claims``, ``fit``);
 - ``graders FOLDER``: a grader benchmark's table, made again from every passage's committed grade
-  (``graded.table``);
+  (``graded.table``); ``grader FOLDER ROW SCORE`` one of its scores (``graded.scores``: ``accuracy``, ``auc``, ...);
 - ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);
 - ``rule``: the rule by which a family's differences are called real (``family.RULE``);
 - ``plan FILE``: the summary line of a sweep's plan (``ragscale sweep --plan-only``) kept as ``FILE``: its
@@ -101,6 +101,13 @@ def _swept(folder: str) -> dict[str, str]:
 
 
 @cache
+def _graded(folder: str) -> dict[str, dict]:
+    from ragscale.experiments.graded import scores
+
+    return {name: scores(grades) for name, grades in _loaded(folder)[1].items()}
+
+
+@cache
 def _scores(folder: str, run: str) -> dict:
     from ragscale.experiments.evaluate import record_scores
 
@@ -145,8 +152,8 @@ def value(expr: str) -> str:
         folders = [RESULTS / folder for _, _, folder in labelled]
         return "\n\n" + core_claims.table(folders, [label for label, _, _ in labelled]) + "\n\n"
     arity = {
-        "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "diff": 3, "qpm": 2, "seconds": 3, "share": 3, "mean": 3,
-        "made": 1, "command": 1,
+        "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "grader": 3, "diff": 3, "qpm": 2, "seconds": 3,
+        "share": 3, "mean": 3, "made": 1, "command": 1,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
@@ -171,6 +178,12 @@ def value(expr: str) -> str:
         from ragscale.experiments.graded import table as graders_table
 
         return "\n\n" + graders_table(RESULTS / args[0]) + "\n\n"
+    if kind == "grader":
+        found = _graded(args[0]).get(args[1])
+        if found is None or args[2] not in found:
+            raise DirectiveError(f"{args[0]}: no grader row {args[1]!r} with a score {args[2]!r}")
+        score = found[args[2]]
+        return "" if score is None else f"{score:.3f}" if args[2] == "auc" else f"{score:.1f}"
     if kind == "sweep":
         from ragscale.experiments.sweep.published import PARTS
 

@@ -56,6 +56,8 @@ def test_a_published_folder_makes_the_same_table_and_a_changed_grade_changes_it(
     assert pages.value("graders graders").strip() == made
     assert pages.value("command graders") == "`python benchmarks/graders.py --publish graders`"
     assert " on " in pages.value("made graders")  # the date and machine it was made on
+    assert pages.value("grader graders labeled-calibrated irrelevant_recall") == "0.0"
+    assert pages.value("grader graders labeled auc") == "1.000"
 
     changed = given["labeled"][1] | {"grade": "relevant"}
     with gzip.open(folder / "labeled.jsonl.gz", "wt") as out:
