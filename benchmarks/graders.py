@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ragscale.experiments.files import write_json
-from ragscale.experiments.graded import format_table, publish, scores
+from ragscale.experiments.graded import format_table, made_here, publish, scores
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.programs.lm import make_adapter, meter
     from ragscale.signatures import Grade
 
+    made_by = made_here()  # the code and machine of this run, whatever is committed while it runs
     lm = load_named_lm(args.lm, cache=False)
     teacher = load_named_lm(args.teacher, cache=False, decode=TEACHER_DECODE) if args.teacher else None
     adapter = make_adapter("field")
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows, grades))
     if args.publish:
         command = shlex.join(["python", "benchmarks/graders.py", *(argv if argv is not None else sys.argv[1:])])
-        print(f"\npublished to {publish(RESULTS / args.publish, rows, grades, command=command)}")
+        print(f"\npublished to {publish(RESULTS / args.publish, rows, grades, command=command, made_by=made_by)}")
     if args.json:
         found = {name: {**row["params"], **row["metrics"], **scores(grades[name])} for name, row in rows.items()}
         write_json(args.json, {"lm": args.lm, "teacher": args.teacher, "n": len(dev), "rows": found}, indent=2)
