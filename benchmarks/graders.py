@@ -35,14 +35,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ragscale.experiments.files import write_json
-from ragscale.experiments.graded import format_table, made_here, publish, scores
+from ragscale.experiments.graded import format_table, made_here, publish, record, scores
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def grade(grader, examples, threads: int) -> tuple[list[dict], float]:
     """Each passage's grade as committed (``graded.record``), and the seconds grading took."""
-    from ragscale.experiments.graded import record
 
     def one(example):
         prediction = grader(**example.inputs(), config={"logprobs": True})

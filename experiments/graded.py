@@ -100,18 +100,18 @@ def table(folder: Path) -> str:
 
 
 def format_table(rows: dict[str, dict], grades: dict[str, list[dict]]) -> str:
-    """The markdown table of graders: each row's scores from its grades (``scores``), its demonstrations and
-    compile calls from its settings (``rows``, as ``publish`` takes them)."""
+    """The markdown table of graders: each row's scores from its grades (``scores``, as ``shown``), its
+    demonstrations and compile calls from its settings (``rows``, as ``publish`` takes them)."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|---|" + "--:|" * (len(COLUMNS) - 1)]
     for name, row in rows.items():
-        found, demos = scores(grades[name]), row["params"]["demo_grades"]
-        cells = [name, f"{demos.get('relevant', 0)} / {demos.get('irrelevant', 0)}", f"{found['accuracy']:.1f}",
-                 f"{found['relevant_recall']:.1f}", f"{found['irrelevant_recall']:.1f}", f"{found['ambiguous']:.1f}",
-                 _num(found["auc"], "{:.3f}"), _num(found["best_threshold_accuracy"], "{:.1f}"),
-                 str(row["metrics"]["compile_lm_calls"])]  # fmt: skip
+        found, demos = shown(scores(grades[name])), row["params"]["demo_grades"]
+        cells = [name, f"{demos.get('relevant', 0)} / {demos.get('irrelevant', 0)}", found["accuracy"],
+                 found["relevant_recall"], found["irrelevant_recall"], found["ambiguous"], found["auc"],
+                 found["best_threshold_accuracy"], str(row["metrics"]["compile_lm_calls"])]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "" if value is None else fmt.format(value)
+def shown(found: dict[str, float | None]) -> dict[str, str]:
+    """A grader's ``scores`` as a page shows them: the AUC to three places, percentages to one, none as blank."""
+    return {k: "" if v is None else f"{v:.3f}" if k == "auc" else f"{v:.1f}" for k, v in found.items()}

@@ -102,9 +102,9 @@ def _swept(folder: str) -> dict[str, str]:
 
 @cache
 def _graded(folder: str) -> dict[str, dict]:
-    from ragscale.experiments.graded import scores
+    from ragscale.experiments.graded import scores, shown
 
-    return {name: scores(grades) for name, grades in _loaded(folder)[1].items()}
+    return {name: shown(scores(grades)) for name, grades in _loaded(folder)[1].items()}
 
 
 @cache
@@ -182,8 +182,7 @@ def value(expr: str) -> str:
         found = _graded(args[0]).get(args[1])
         if found is None or args[2] not in found:
             raise DirectiveError(f"{args[0]}: no grader row {args[1]!r} with a score {args[2]!r}")
-        score = found[args[2]]
-        return "" if score is None else f"{score:.3f}" if args[2] == "auc" else f"{score:.1f}"
+        return found[args[2]]
     if kind == "sweep":
         from ragscale.experiments.sweep.published import PARTS
 
