@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 
-def _replace(path: Path, text: str) -> None:
+def _replace(path: Path, data: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    partial.write_text(text, encoding="utf-8")
+    partial.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     partial.replace(path)
 
 
@@ -41,14 +41,13 @@ def write_jsonl_gz(path: Path, rows: Iterable[Any]) -> None:
     """One JSON value per line, gzip-compressed with no timestamp (the same rows give the same bytes), written
     atomically: what a committed results folder holds."""
     import gzip
+    import io
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    with open(partial, "wb") as raw, gzip.GzipFile(path.name, "wb", fileobj=raw, mtime=0) as out:
-        out.write(text.encode())  # the header names the file as itself, not as the temporary file
-    partial.replace(path)
+    packed = io.BytesIO()
+    with gzip.GzipFile(Path(path).name, "wb", fileobj=packed, mtime=0) as out:  # the header names the file
+        out.write(text.encode("utf-8"))
+    _replace(path, packed.getvalue())
 
 
 def slug(text: str) -> str:
