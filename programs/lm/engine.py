@@ -229,8 +229,7 @@ class TorchEngine:
 
         from ragscale.programs.lm.prefix_cache import common_prefix
 
-        if self._released:
-            raise EngineStoppedError(f"{self.name}: this engine was released (release()); load the model again")
+        self._refuse_if_released()
         config = request.config
         max_new = config.max_tokens or 256
         choices = enum_choices(config.response_format)
@@ -346,6 +345,10 @@ class TorchEngine:
         self.close()
         self.model = self.batcher = None
 
+    def _refuse_if_released(self) -> None:
+        if self._released:
+            raise EngineStoppedError(f"{self.name}: this engine was released (release()); load the model again")
+
     def __deepcopy__(self, memo: dict) -> TorchEngine:
         return self  # the weights and the worker are shared, never copied
 
@@ -392,8 +395,7 @@ class TorchEngine:
     # -- batching -------------------------------------------------------------------------------------------------
     def _submit(self, job: Job) -> None:
         with self._start_lock:
-            if self._released:
-                raise EngineStoppedError(f"{self.name}: this engine was released (release()); load the model again")
+            self._refuse_if_released()  # again under the lock: release() may have run since complete() began
             if self._worker is None or not self._worker.is_alive():
                 if _EXITING.is_set():
                     raise EngineStoppedError(f"{self.name}: the interpreter is exiting; no request is served now")
@@ -430,7 +432,6 @@ class TorchEngine:
         import torch
 
         with torch.inference_mode():
-            self.batcher.decoder.prepare()  # a compiled step compiles here, once, before the first batch
             self._serve()
 
     def _serve(self) -> None:
@@ -449,7 +450,9 @@ class TorchEngine:
                 first = None if closing else self._queue.get()
                 if first is None:
                     return
-                self.batcher.decoder.prepare()  # the buckets left out for want of memory, if there is room now
+                # a compiled step compiles here, before the first batch; buckets left out for want of memory, at
+                # a later batch once there is room
+                self.batcher.decoder.prepare()
             room = self.max_batch_size - (len(self._active.jobs) if self._active else 0)
             new, stop = self._gather(first, room) if not closing else ([], False)
             closing = closing or stop
