@@ -116,6 +116,11 @@ def add_sweep(subparsers) -> None:
         help="a published sweep (benchmarks/publish.py --sweep) whose rows count as finished: go on where it stopped",
     )  # fmt: skip
     sweep.add_argument("--no-baselines", dest="baselines", action="store_false", help="no closed-book or oracle runs")
+    sweep.add_argument(
+        "--beyond-budget", dest="beyond_budget", action="store_true",
+        help="run also the configurations whose learned estimate lies past the largest budget (skipped by default: "
+        "no budget could choose them)",
+    )  # fmt: skip
     sweep.add_argument("--plan-only", dest="plan_only", action="store_true", help="print the plan; run nothing")
     sweep.add_argument("--no-progress", dest="progress", action="store_false")
     sweep.add_argument("--json", dest="json_path", type=Path, help="also write the table and the model as JSON")
@@ -134,6 +139,7 @@ def _grid_and_base(args) -> tuple[Grid, RunConfig]:
         iterations=parse_ints(args.iterations, "iterations", 1),
         budgets=budgets,
         baselines=args.baselines,
+        beyond_budget=args.beyond_budget,
     )
     base = RunConfig(
         method="rag",

@@ -92,6 +92,11 @@ class Estimate:
     high: float  # every iteration used, every reply read at the first try
     basis: str  # "calibrated (N runs)", "follow-ups (N runs)", "bound" or "counted": see `ContextEstimator.estimate`
 
+    @property
+    def learned(self) -> bool:
+        """Whether every step of it is learned from finished configurations: neither a bound nor a floor."""
+        return self.basis.startswith(("calibrated", "follow-ups")) and "bound" not in self.basis
+
 
 def estimate_fields(estimate: Estimate) -> dict[str, Any]:
     """What a finished configuration keeps of the estimate made just before it ran (its ledger row, its tag)."""

@@ -52,7 +52,8 @@ def parse_ints(text: str, name: str, low: int = 0) -> tuple[int, ...]:
 class Grid:
     """What a sweep varies. `baselines` adds closed-book with 0 and 1 shots (the model's informativeness)
     and the two oracle rows (the reader given each question's gold paragraphs, alone and among retrieved
-    distractors)."""
+    distractors). `beyond_budget` runs also the configurations a learned estimate expects past the largest budget,
+    which no budget can choose (see ``plan.status_of``)."""
 
     methods: tuple[str, ...] = METHODS
     docs: tuple[int, ...] = DEFAULT_DOCS
@@ -60,6 +61,7 @@ class Grid:
     iterations: tuple[int, ...] = DEFAULT_ITERATIONS
     budgets: tuple[int, ...] = DEFAULT_BUDGETS
     baselines: bool = True
+    beyond_budget: bool = False
 
     def __post_init__(self) -> None:
         for method in self.methods:

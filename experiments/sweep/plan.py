@@ -1,8 +1,11 @@
 """The sweep's plan: every grid point with its key, estimated effective context and time, and whether it runs.
 
 A point is "done" when its key is in the ledger or tagged on a finished MLflow run; "over budget" when even its
-fewest tokens (``Estimate.low``) exceed the largest budget; "over context window" when its longest call, every
-iteration used, exceeds the LM's window; else it will "run". ``format_plan`` prints it with the totals.
+fewest tokens (``Estimate.low``) exceed the largest budget; "expected over budget" when an estimate learned from
+finished configurations exceeds the largest budget by more than ``SLACK`` (a budget chooses among the
+configurations whose mean effective context fits it, so no budget could choose this one; ``Grid.beyond_budget``
+runs it anyway); "over context window" when its longest call, every iteration used, exceeds the LM's window; else
+it will "run". ``format_plan`` prints it with the totals.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from ragscale.experiments.sweep.grid import Grid, Point, grid_points, point_conf
 from ragscale.experiments.sweep.ledger import run_records
 from ragscale.experiments.sweep.speed import Speed
 
+SLACK = 0.1
+"""How far past the largest budget a learned estimate may reach and its configuration still run: the margin for
+the estimate's error, which the plan's "estimate" column lets one check against what was measured."""
+
 
 @dataclass
 class PlannedPoint:
@@ -26,7 +33,7 @@ class PlannedPoint:
     docs_per_demo: int
     estimate: Estimate
     seconds: float
-    status: str  # "run", "done", "over budget", "over context window"
+    status: str  # "run", "done", "over budget", "expected over budget", "over context window"
 
     def row(self) -> dict[str, Any]:
         return {
@@ -79,16 +86,21 @@ def plan(
     planned = []
     for point, key, per_demo in points:
         estimate, seconds = planner.estimate(point, per_demo)
-        if key in finished:
-            status = "done"
-        elif estimate.low > max(grid.budgets):
-            status = "over budget"
-        elif estimate.longest_call > window:
-            status = "over context window"
-        else:
-            status = "run"
+        status = "done" if key in finished else status_of(estimate, grid, window)
         planned.append(PlannedPoint(point, key, per_demo, estimate, seconds, status))
     return planned
+
+
+def status_of(estimate: Estimate, grid: Grid, window: int) -> str:
+    """Whether a point not yet done runs, by its estimate: "run", or why it is skipped (see the module's doc)."""
+    largest = max(grid.budgets)
+    if estimate.low > largest:
+        return "over budget"
+    if estimate.learned and estimate.tokens > largest * (1 + SLACK) and not grid.beyond_budget:
+        return "expected over budget"
+    if estimate.longest_call > window:
+        return "over context window"
+    return "run"
 
 
 def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_questions: int) -> str:
@@ -117,11 +129,12 @@ def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_question
         "follow-ups learned from other shot counts, retries not yet; bound = IterDRAG at every iteration (nothing "
         "learned yet); counted = each call once (a floor: retries add). fewest-most: without retries, IterDRAG "
         "stopping at its first decomposition to every iteration used; over budget = even the fewest exceed the "
-        "largest budget."
+        f"largest budget; expected over budget = a learned estimate exceeds it by more than {SLACK:.0%}, so no "
+        "budget could choose it (rechecked just before each configuration runs; --beyond-budget runs them)."
     )
     lines.append(
         f"{len(todo)} to run, {sum(p.status == 'done' for p in planned)} done, "
-        f"{sum(p.status.startswith('over') for p in planned)} skipped; {n_questions} questions each; "
+        f"{sum(p.status not in ('run', 'done') for p in planned)} skipped; {n_questions} questions each; "
         f"estimated {total / 60:.1f} min of LM time ({speed_text}); plus loading, indexing and compiling"
     )
     return "\n".join(lines)

@@ -71,7 +71,7 @@ from ragscale.experiments.sweep.ledger import (
     save_ledger,
     sweep_dir_for,
 )
-from ragscale.experiments.sweep.plan import PlannedPoint, format_plan, plan
+from ragscale.experiments.sweep.plan import PlannedPoint, format_plan, plan, status_of
 from ragscale.experiments.sweep.report import (
     budget_table,
     fit_allocation,
@@ -371,7 +371,7 @@ def run_sweep(
 
     from ragscale.optimizers.context import ContextWindowError
     from ragscale.optimizers.demos import cap_demos
-    from ragscale.programs.lm import release_lm
+    from ragscale.programs.lm import context_window, release_lm
 
     began = time.monotonic()
     if parallel_runs < 1:
@@ -397,6 +397,7 @@ def run_sweep(
         tracked=tracked, retriever=got.retriever, planner=planner,
     )  # fmt: skip
     report(format_plan(planned, got.speed, len(evalset)) + (f"\n{ORACLE_NOTE}" if grid.baselines else ""))
+    window = context_window(lm)
     if parallel_runs > 1 and not base.lm.startswith("openai/"):
         report(
             f"{parallel_runs} configurations at once share the local model's one engine, which batches their requests"
@@ -466,10 +467,13 @@ def run_sweep(
                     )  # fmt: skip
                 finally:  # a compile that failed is tried again by its group's next point, loading the teacher again
                     with shared:
-                        tried.add(group)
-                        if teachers and taught <= tried:
-                            release_lm(teachers.pop())
+                        done_with(group)
             return compiled[group]
+
+    def done_with(group: tuple[str, int]) -> None:  # under `shared`: its compile was tried, or its point skipped
+        tried.add(group)
+        if teachers and taught <= tried:
+            release_lm(teachers.pop())
 
     def run_one(number: int, item: PlannedPoint) -> None:
         point = item.point
@@ -488,6 +492,11 @@ def run_sweep(
                 item.estimate, item.seconds = planner.estimate(point, item.docs_per_demo)
                 on = f" on {replicas.name(index)}" if len(replicas.lms) > 1 else ""
                 report(f"{name}: estimated {item.estimate.tokens:,.0f} tokens/question ({item.estimate.basis}){on}")
+                item.status = status_of(item.estimate, grid, window)
+                if item.status != "run":  # a later point of its group, if one runs, compiles it with the teacher
+                    report(f"{name}: skipped, {item.status}")
+                    done_with((point.method, point.shots))
+                    return
             try:
                 program = None
                 if point.shots:

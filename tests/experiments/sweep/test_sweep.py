@@ -433,6 +433,26 @@ def test_only_configurations_that_cannot_fit_are_skipped_an_iterdrag_bound_over_
     assert item.status == "run" and result.rows[0].effective_context() <= 2000
 
 
+def test_a_configuration_a_learned_estimate_puts_past_the_largest_budget_is_skipped_unless_asked_for(
+    tmp_path, smollm2_tokenizer, examples
+):
+    # IterDRAG k=1 runs first and teaches how many follow-ups the script asks; k=4 is then estimated from it.
+    grid = Grid(methods=("iterdrag",), docs=(1, 4), shots=(0,), iterations=(3,), budgets=(100_000,), baselines=False)
+    common = dict(lm=tokenizer_lm(smollm2_tokenizer), examples=examples, progress=False, speed=SPEED)
+    measured = run_sweep(grid, base_config(tmp_path / "measured"), **common)
+    wide = measured.plan[1].estimate
+    assert wide.learned and wide.low * 1.1 < wide.tokens / 1.1
+    budget = round(wide.tokens / 1.1 / 1.05)  # its fewest fit; its learned estimate exceeds it by more than 10%
+    reports: list[str] = []
+    cut = replace(grid, budgets=(budget,))
+    skipped = run_sweep(cut, base_config(tmp_path / "runs"), report=reports.append, **common)
+    assert [p.status for p in skipped.plan] == ["run", "expected over budget"]
+    assert [r.docs for r in skipped.rows] == [1] and skipped.failed == []
+    assert any("k=4" in line and "skipped, expected over budget" in line for line in reports)
+    asked = run_sweep(replace(cut, beyond_budget=True), base_config(tmp_path / "runs"), **common)
+    assert [r.docs for r in asked.rows] == [1, 4] and len(asked.ran) == 1
+
+
 def test_budget_table_ranks_by_em_then_f1_then_accuracy_then_fewer_tokens():
     rows = [
         Row("drag", 1, 0, 0, em=10, f1=20, acc=30, effective_context_tokens_per_question=500),
