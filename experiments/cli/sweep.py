@@ -205,9 +205,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         report=print,
     )
     print(
-        f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done or over budget), {len(result.failed)} "
-        f"failed, {len(result.stopped)} left at the time limit in {time.perf_counter() - start:.0f} s; files in "
-        f"{result.sweep_dir}; parent run {result.parent_run_id}"
+        f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done, over budget or window), "
+        f"{len(result.failed)} failed, {len(result.stopped)} left at the time limit in "
+        f"{time.perf_counter() - start:.0f} s; files in {result.sweep_dir}; parent run {result.parent_run_id}"
     )
     if args.json_path is not None:
         write_json(

@@ -8,8 +8,9 @@ A sweep is a grid of configurations theta = (documents k, shots m, iterations n)
    a script, its calls rendered through the real adapter and counted with the LM's tokenizer, calibrated on the
    finished configurations of the same method and shot count, else a bound (IterDRAG) or a counted floor.
 2. **Plan** (``plan.py``, ``speed.py``). Time per configuration = questions x (input tokens / prefill rate + output
-   tokens / decode rate), the rates fitted on earlier runs of this LM or timed. A configuration is skipped only
-   when it cannot fit: its fewest tokens exceed the largest budget, or its longest call the LM's window.
+   tokens / decode rate), the rates fitted on earlier runs of this LM or timed. A configuration is skipped when it
+   cannot fit (its fewest tokens exceed the largest budget, or its longest call the LM's window), or when an
+   estimate learned from finished configurations puts it past the largest budget, where no budget could choose it.
 3. **Run** (``run.py``, ``ledger.py``). Each configuration is one MLflow child run under a parent sweep run;
    finished ones are keyed by their settings and data, kept in ``ledger.json`` and tagged on their run, so a rerun
    skips them. ``parallel_runs`` configurations run at once, each on the least busy of the servers given.

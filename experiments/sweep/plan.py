@@ -66,9 +66,7 @@ def plan(
 ) -> list[PlannedPoint]:
     """Every grid point with its key, estimated effective context and time, and whether it will run ("done" when
     its key is in the ledger or in `tracked`, the sweep-tagged MLflow runs, whose per-question records calibrate
-    the estimates of their method). A point is skipped as "over budget" only when it cannot fit: even its fewest
-    tokens (`Estimate.low`) exceed the largest budget; as "over context window" when its longest call, every
-    iteration used, exceeds the LM's context window (the check the runner makes before running it)."""
+    the estimates of their method); else its status is ``status_of`` its estimate (see the module's doc)."""
     from ragscale.programs.lm import context_window
 
     if planner is None:

@@ -26,6 +26,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -446,6 +447,7 @@ def run_sweep(
         if item.point.shots and point_config(base, item.point, docs_per_demo=docs_per_demo, teacher=teacher).teacher
     }
     tried: set[tuple[str, int]] = set()
+    unstarted = Counter((item.point.method, item.point.shots) for item in todo)  # of each group, points not begun
 
     def teacher_lm(config: RunConfig):
         with shared:
@@ -470,7 +472,7 @@ def run_sweep(
                         done_with(group)
             return compiled[group]
 
-    def done_with(group: tuple[str, int]) -> None:  # under `shared`: its compile was tried, or its point skipped
+    def done_with(group: tuple[str, int]) -> None:  # under `shared`: its compile was tried, or every point skipped
         tried.add(group)
         if teachers and taught <= tried:
             release_lm(teachers.pop())
@@ -492,11 +494,15 @@ def run_sweep(
                 item.estimate, item.seconds = planner.estimate(point, item.docs_per_demo)
                 on = f" on {replicas.name(index)}" if len(replicas.lms) > 1 else ""
                 report(f"{name}: estimated {item.estimate.tokens:,.0f} tokens/question ({item.estimate.basis}){on}")
+                group = (point.method, point.shots)
+                unstarted[group] -= 1
                 item.status = status_of(item.estimate, grid, window)
-                if item.status != "run":  # a later point of its group, if one runs, compiles it with the teacher
+                if item.status != "run":  # the group's compile is left to a point of it that runs, if one does
                     report(f"{name}: skipped, {item.status}")
-                    done_with((point.method, point.shots))
+                    if not unstarted[group] and group not in compiling:
+                        done_with(group)
                     return
+                compiling.setdefault(group, threading.Lock())  # a point of it runs: its compile marks it tried
             try:
                 program = None
                 if point.shots:

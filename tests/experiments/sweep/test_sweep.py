@@ -377,15 +377,20 @@ def test_a_sweep_stopped_at_its_time_limit_reports_what_finished_and_a_rerun_run
     assert len(rest.ran) == 3 and rest.stopped == [] and len(rest.oracle) == 2
 
 
-def test_the_teacher_is_released_once_every_compile_that_runs_it_is_done(
-    tmp_path, smollm2_tokenizer, examples, monkeypatch
-):
+@pytest.fixture
+def taught(smollm2_tokenizer, examples, monkeypatch):
+    """The teacher the sweep loads, and what happened to it: ``"loaded"``, ``("released", whether it was it)``."""
     import ragscale.experiments.sweep.run as sweep_run
     import ragscale.programs.lm as lms
 
     teacher, events = tokenizer_lm(smollm2_tokenizer, examples), []
     monkeypatch.setattr(sweep_run, "load_teacher_for", lambda config: events.append("loaded") or teacher)
     monkeypatch.setattr(lms, "release_lm", lambda lm: events.append(("released", lm is teacher)))
+    return teacher, events
+
+
+def test_the_teacher_is_released_once_every_compile_that_runs_it_is_done(tmp_path, smollm2_tokenizer, examples, taught):
+    teacher, events = taught
     grid = Grid(methods=("iterdrag",), docs=(1,), shots=(0, 1, 2), iterations=(1,), budgets=(8000,), baselines=False)
     common = dict(lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, progress=False, speed=SPEED)
     result = run_sweep(grid, base_config(tmp_path / "runs"), teacher="smollm2-135m", **common)
@@ -449,8 +454,26 @@ def test_a_configuration_a_learned_estimate_puts_past_the_largest_budget_is_skip
     assert [p.status for p in skipped.plan] == ["run", "expected over budget"]
     assert [r.docs for r in skipped.rows] == [1] and skipped.failed == []
     assert any("k=4" in line and "skipped, expected over budget" in line for line in reports)
+    again = run_sweep(cut, base_config(tmp_path / "runs"), **common)  # now learned before it runs: in the plan
+    assert [p.status for p in again.plan] == ["done", "expected over budget"] and again.ran == []
     asked = run_sweep(replace(cut, beyond_budget=True), base_config(tmp_path / "runs"), **common)
     assert [r.docs for r in asked.rows] == [1, 4] and len(asked.ran) == 1
+
+
+def test_the_teacher_is_released_when_the_last_compile_it_would_run_is_skipped(
+    tmp_path, smollm2_tokenizer, examples, taught
+):
+    _, events = taught
+    grid = Grid(methods=("iterdrag",), docs=(4,), shots=(0, 1, 2), iterations=(1,), budgets=(100_000,), baselines=False)
+    common = dict(lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, progress=False, speed=SPEED)
+    measured = run_sweep(grid, base_config(tmp_path / "measured"), teacher="smollm2-135m", **common)
+    one, two = (p.estimate for p in measured.plan[1:])
+    assert one.learned and two.learned and one.tokens * 1.1 < two.tokens / 1.1 and two.low < one.tokens
+    events.clear()
+    cut = replace(grid, budgets=(round(one.tokens * 1.1 + 1),))  # m=1 runs, compiled on the teacher; m=2 does not
+    result = run_sweep(cut, base_config(tmp_path / "runs"), teacher="smollm2-135m", **common)
+    assert [p.status for p in result.plan] == ["run", "run", "expected over budget"]
+    assert events == ["loaded", ("released", True)]
 
 
 def test_budget_table_ranks_by_em_then_f1_then_accuracy_then_fewer_tokens():
