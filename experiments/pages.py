@@ -24,7 +24,7 @@ score re-derived from the per-question records:
 - ``qpm FOLDER RUN``, ``seconds FOLDER RUN METRIC``: its questions per minute, or a timing the manifest holds
   (``wall_s``, ``index_s``, ``compile_s``, ...);
 - ``sweep FOLDER PART``: a published sweep's budget table, grid, claims or allocation model, made again from its
-  records (``sweep.published.report``; ``PART`` one of ``table``, ``grid``, ``claims``, ``fit``);
+  records (``sweep.published.report``; ``PART`` one of ``table``, ``grid``, ``claims``, ``fit``, ``estimates``);
 - ``graders FOLDER``: a grader benchmark's table, made again from every passage's committed grade
   (``graded.table``); ``grader FOLDER ROW SCORE`` one of its scores (``graded.scores``: ``accuracy``, ``auc``, ...);
 - ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);

@@ -14,7 +14,8 @@ with.
 
 ``load`` reads a folder back with every score of every row re-derived from its records (``evaluate.record_scores``),
 and ``report`` makes from them alone what the sweep reported: the budget table (each best chosen on one half of the
-questions, reported on the other), the grid, the claims as one family, and the allocation model.
+questions, reported on the other), the grid, the claims as one family, and the allocation model; and the estimate
+each configuration was planned with beside what it counted.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_pe
 POINT_FIELDS = ("method", "docs", "shots", "iterations", "key", "status", "made")
 """A published row's fields that are not the ledger's: where it sits in the grid, and where it was made."""
 PLOT = "accuracy_vs_context.png"
-PARTS = ("table", "grid", "claims", "fit")
-"""What ``report`` makes: the budget table, the grid, the claims and the allocation model."""
+PARTS = ("table", "grid", "claims", "fit", "estimates")
+"""What ``report`` makes: the budget table, the grid, the claims, the allocation model, and each configuration's
+effective context as estimated before it ran beside what it counted."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ def report(sweep: Sweep) -> dict[str, str]:
         budget_table,
         fit_allocation,
         format_allocation,
+        format_estimates,
         format_grid,
         format_table,
     )
@@ -196,4 +199,5 @@ def report(sweep: Sweep) -> dict[str, str]:
         "grid": format_grid(rows),
         "claims": format_claims(claims, sweep.n),
         "fit": "no allocation model (too few configurations)" if fitted is None else format_allocation(fitted),
+        "estimates": format_estimates(rows),
     }

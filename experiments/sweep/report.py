@@ -105,6 +105,22 @@ def format_grid(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def format_estimates(rows: Sequence[Row]) -> str:
+    """Every measured configuration's effective context as estimated just before it ran (``estimate.py``), its
+    basis, and what its run counted: the error is the estimate's, relative to the count."""
+    lines = [
+        "| configuration | estimate | basis | counted | error |",
+        "|---|--:|---|--:|--:|",
+    ]
+    for r in rows:
+        counted, estimated = r.effective_context_tokens_per_question, r.estimated_effective_context
+        if counted is None or estimated is None:
+            continue
+        error = f"{(estimated - counted) / counted:+.1%}" if counted else "n/a"
+        lines.append(f"| {r.label} | {estimated:,.1f} | {r.estimate_basis} | {counted:,.1f} | {error} |")
+    return "\n".join(lines)
+
+
 def order(method: str) -> int:
     """A method's place in the registry (``programs.PROGRAMS``): the order of columns, and its colour."""
     return list(PROGRAMS).index(method)

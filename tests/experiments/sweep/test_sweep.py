@@ -314,6 +314,12 @@ def test_a_published_sweep_makes_its_report_again_from_its_answers_alone(swept, 
         == (result.sweep_dir / "table.md").read_text()
     )
     assert (folder / "oracle-gold.jsonl.gz").exists() and (folder / "rag-k3-m2.jsonl.gz").exists()
+    estimates = again["estimates"].splitlines()[2:]  # each configuration: planned with, counted, the error
+    assert len(estimates) == len(result.rows)
+    for line, row in zip(estimates, result.rows, strict=True):
+        planned, counted = row.estimated_effective_context, row.effective_context_tokens_per_question
+        assert line.startswith(f"| {row.label} | {planned:,.1f} | {row.estimate_basis} | {counted:,.1f} |")
+        assert line.endswith(f"| {(planned - counted) / counted:+.1%} |")
     assert (folder / PLOT).stat().st_size > 0
     monkeypatch.setattr(pages, "RESULTS", tmp_path)
     assert again["table"] in pages.render("<!--= sweep published table -->x<!--/-->")
