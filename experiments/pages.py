@@ -195,23 +195,36 @@ def value(expr: str) -> str:
     if kind in ("share", "mean"):
         found = _scores(args[0], args[1])["behaviour"][args[2]]
         return f"{100 * found:.0f}%" if kind == "share" else f"{found:.2f}"
+    if kind in ("made", "command"):
+        from ragscale.experiments.published import load_manifest
+
+        manifest = load_manifest(RESULTS / args[0])  # a method table's or a sweep's
+        return f"`{manifest['command']}`" if kind == "command" else _made(manifest)
     manifest = _loaded(args[0])[0]
     if kind == "qpm":
         return f"{manifest['runs'][args[1]]['metrics']['questions_per_minute']:.1f}"
     if kind == "seconds":
         return f"{manifest['runs'][args[1]]['metrics'][args[2]]:,.0f}"
-    if kind == "made":
-        machine, rows = manifest["machine"], {}
-        for name, run in manifest["runs"].items():  # a run published before runs kept their machine: the folder's
-            made = run.get("made") or {**machine, "date": manifest["date"]}
-            rows.setdefault(f"{made['date']} on {made['cpu']} with {made['cpu_flags']}", []).append(name)
-        if len(rows) == 1:
-            return next(iter(rows))
-        return "; ".join(f"{', '.join(names)}: {where}" for where, names in rows.items())
-    if kind == "command":
-        return f"`{manifest['command']}`"
     key, fmt = SCORES[kind]
     return fmt.format(_scores(*args)[key])
+
+
+def _made(manifest: dict) -> str:
+    """When and on what a published folder's runs were made: a method table's, each machine and date with its runs
+    where they were made on several; a sweep's, made over sittings, each machine with the dates of its rows."""
+    if "rows" in manifest:
+        machines: dict[str, set[str]] = {}
+        for row in [*manifest["rows"].values(), *manifest["oracle"].values()]:
+            machines.setdefault(f"{row['made']['cpu']} with {row['made']['cpu_flags']}", set()).add(row["made"]["date"])
+        spans = {where: (min(dates), max(dates)) for where, dates in machines.items()}
+        return "; ".join(f"{' to '.join(sorted({*span}))} on {where}" for where, span in spans.items())
+    machine, rows = manifest["machine"], {}
+    for name, run in manifest["runs"].items():  # a run published before runs kept their machine: the folder's
+        made = run.get("made") or {**machine, "date": manifest["date"]}
+        rows.setdefault(f"{made['date']} on {made['cpu']} with {made['cpu_flags']}", []).append(name)
+    if len(rows) == 1:
+        return next(iter(rows))
+    return "; ".join(f"{', '.join(names)}: {where}" for where, names in rows.items())
 
 
 def render(text: str, where: str = "page", value: Callable[[str], str] = value) -> str:

@@ -81,3 +81,20 @@ def test_a_folder_made_on_two_machines_says_which_rows_each_made(tmp_path, monke
     assert pages.value("made two-machines") == (
         "rag-none: 2026-11-27 on AMD EPYC with avx2; drag-bootstrap: 2026-11-27 on Intel Xeon with avx2"
     )
+
+
+def test_a_sweep_made_over_sittings_says_each_machine_with_the_span_of_its_dates(tmp_path, monkeypatch):
+    import json
+
+    from ragscale.experiments import pages
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    made = [("2026-11-27", "AMD EPYC"), ("2026-11-30", "AMD EPYC"), ("2026-11-28", "AMD EPYC"), ("2026-12-01", "Xeon")]
+    rows = {f"rag-k{i}-m0": {"made": {"date": d, "cpu": cpu, "cpu_flags": "avx2"}} for i, (d, cpu) in enumerate(made)}
+    oracle = {"oracle-gold": {"made": {"date": "2026-12-01", "cpu": "Xeon", "cpu_flags": "avx2"}}}
+    manifest = {"command": "ragscale sweep --dataset hotpotqa", "rows": rows, "oracle": oracle}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    assert pages.value("made sweep") == "2026-11-27 to 2026-11-30 on AMD EPYC with avx2; 2026-12-01 on Xeon with avx2"
+    assert pages.value("command sweep") == "`ragscale sweep --dataset hotpotqa`"
