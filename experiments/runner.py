@@ -95,6 +95,12 @@ def load_lm_for(config: RunConfig):
     )
 
 
+def teaches_itself(config: RunConfig) -> bool:
+    """Whether the config's teacher is its reader: the same model on the same server (or both local). The reader
+    then writes the traces itself, on its own engine, rather than on a second copy of its weights."""
+    return config.teacher == config.lm and config.teacher_api_base == config.api_base
+
+
 def load_teacher_for(config: RunConfig):
     """``load_named_lm`` of the config's teacher, on its own server if it has one, decoding by ``TEACHER_DECODE``."""
     return load_named_lm(
@@ -230,8 +236,9 @@ def run_experiment(
     ``compiled`` (a program of the same method, compiled earlier) has its state (demos, instructions) loaded into
     the program built from this config instead of compiling again: the sweep compiles once per method and shot
     count and reuses the result across document counts. ``teacher_lm`` (any dspy LM) replaces
-    ``load_lm(config.teacher)``; a teacher or reflection LM loaded here is released once the program is compiled
-    (``release_lm``), leaving its memory to the student's decode graphs.
+    ``load_lm(config.teacher)``; a teacher that is the reader (``teaches_itself``) is the reader's LM; a teacher or
+    reflection LM loaded here is released once the program is compiled (``release_lm``), leaving its memory to the
+    student's decode graphs.
     """
     import dspy
 
@@ -312,8 +319,11 @@ def run_experiment(
                     else:
                         loaded = []  # the LMs loaded here: released once compiled, for the student's decode graphs
                         if teacher_lm is None and config.teacher is not None:  # only when compiling here
-                            teacher_lm = load_teacher_for(config)
-                            loaded.append(teacher_lm)
+                            if teaches_itself(config):
+                                teacher_lm = lm
+                            else:
+                                teacher_lm = load_teacher_for(config)
+                                loaded.append(teacher_lm)
                         reflection_lm = None
                         if config.reflection_lm is not None:
                             reflection_lm = load_named_lm(  # room for a rewritten instruction

@@ -50,6 +50,7 @@ from ragscale.experiments.runner import (
     load_lm_for,
     load_teacher_for,
     run_experiment,
+    teaches_itself,
 )
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation, scores
@@ -265,7 +266,7 @@ def _compile(
             program = build_program_for(config, retriever)
             program.load(str(saved))
             return program
-        teacher_lm = load_teacher(config) if config.teacher is not None else None
+        teacher_lm = None if config.teacher is None else lm if teaches_itself(config) else load_teacher(config)
         program = compile_for(config, build_program_for(config, retriever), train, lm, adapter, teacher_lm=teacher_lm)
     if saved is not None:
         saved.parent.mkdir(parents=True, exist_ok=True)

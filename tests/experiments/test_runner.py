@@ -255,6 +255,23 @@ def test_a_teacher_loaded_for_compiling_is_released_before_the_evaluation_and_a_
     assert released == []  # the caller's teacher is the caller's
 
 
+def test_a_reader_that_teaches_itself_writes_the_traces_on_its_own_lm_not_a_second_copy(
+    tmp_path, data_dir, monkeypatch
+):
+    import ragscale.programs.lm as lms
+    from ragscale.experiments import runner
+
+    loaded, released, reader = [], [], scripted_lm(SCRIPT)
+    monkeypatch.setattr(runner, "load_named_lm", lambda name, **settings: loaded.append(name) or scripted_lm(SCRIPT))
+    monkeypatch.setattr(lms, "release_lm", released.append)
+    cfg = config(tmp_path, data_dir, optimizer="bootstrap", lm="smollm2-135m", teacher="smollm2-135m", shots=1)
+    run_experiment(cfg, lm=reader, progress=False)
+    assert loaded == [] and released == [] and len(reader.history) > 3  # it taught, then answered the three
+    run_experiment(config(tmp_path, data_dir, optimizer="bootstrap", teacher="qwen2.5-coder-1.5b", shots=1),
+                   lm=scripted_lm(SCRIPT), progress=False)  # fmt: skip
+    assert loaded == ["qwen2.5-coder-1.5b"] and len(released) == 1  # another model is loaded, then let go
+
+
 def test_a_local_teacher_decodes_without_compiled_graphs_and_a_server_takes_no_decode_way():
     from ragscale.experiments.runner import TEACHER_DECODE, load_named_lm
 

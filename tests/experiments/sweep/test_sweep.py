@@ -466,6 +466,15 @@ def test_a_configuration_a_learned_estimate_puts_past_the_largest_budget_is_skip
     assert [r.docs for r in asked.rows] == [1, 4] and len(asked.ran) == 1
 
 
+def test_a_reader_that_teaches_itself_compiles_on_its_own_lm(tmp_path, smollm2_tokenizer, examples, taught):
+    teacher, events = taught
+    grid = Grid(methods=("iterdrag",), docs=(1,), shots=(1,), iterations=(1,), budgets=(8000,), baselines=False)
+    reader = tokenizer_lm(smollm2_tokenizer, examples)
+    base = replace(base_config(tmp_path / "runs"), lm="smollm2-135m")
+    result = run_sweep(grid, base, teacher="smollm2-135m", lm=reader, examples=examples, progress=False, speed=SPEED)
+    assert len(result.ran) == 1 and events == [] and not teacher.history and reader.history
+
+
 def test_the_teacher_is_released_when_the_last_compile_it_would_run_is_skipped(
     tmp_path, smollm2_tokenizer, examples, taught
 ):
