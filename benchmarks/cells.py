@@ -13,6 +13,12 @@ The oracle rows are the RAG program given the question's gold paragraphs (``orac
 ``OracleRetriever``; ``oracle-all`` (all of a question's paragraphs, the distractor setting's bound) is a cell too. Two
 cells are compared question by question: the paired bootstrap 95% CI of the difference of their EM (or F1), from the
 cells' scores (or, for a cell kept without them, the per-question records MLflow holds).
+
+A table measured over several sittings on machines that keep nothing between them gathers in a published folder
+(``benchmarks/publish.py``); ``adopt`` names it, and a cell it holds, made with the same reader, dataset, questions,
+k, corpus and train questions, counts as finished: its summary is made again from the committed records and the
+manifest (``adopted``), so a later sitting runs only the cells the folder lacks and still compares every cell with
+the baseline. A published cell made with other settings is an error naming the setting, not a cell run again.
 """
 
 from __future__ import annotations
@@ -40,13 +46,14 @@ class Cells:
     def __init__(self, *, lm: str, teacher: str | None, limit: int, train_limit: int, out_dir: Path,
                  threads: int = 8, gepa_budget: str | None = None, prefix: str = "cell",
                  api_base: str | None = None, runs_dir: Path | None = None, corpus: str | None = None,
-                 docs: int = DOCS):  # fmt: skip
+                 docs: int = DOCS, adopt: Path | None = None):  # fmt: skip
         self.docs = docs  # k of every row but the gold oracles, which give the gold paragraphs whatever k
         self.lm_name, self.teacher_name, self.limit, self.train_limit = lm, teacher, limit, train_limit
         self.api_base = api_base  # the server of the student (an openai/<model>); the teacher is local
         self.out_dir, self.threads, self.gepa_budget, self.prefix = out_dir, threads, gepa_budget, prefix
         self.runs_dir = runs_dir or out_dir.parent
         self.corpus = corpus  # --corpus of every cell; None: each dataset's own
+        self.adopt = adopt  # a published folder whose cells count as finished (``adopted``)
         self._lms: dict[tuple[str, int | None, str | None, str | None], object] = {}
         out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -63,7 +70,40 @@ class Cells:
 
     def done(self, dataset: str, row: str, optimizer: str) -> dict | None:
         path = self.path(dataset, row, optimizer)
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else self.adopted(dataset, row, optimizer)
+
+    def adopted(self, dataset: str, row: str, optimizer: str) -> dict | None:
+        """The cell as the published folder ``adopt`` holds it (None where it holds none): the manifest's metrics
+        with the scores re-derived from the committed records (``evaluate.record_scores``) and each question's
+        scores, kept in the out dir as a cell run here is."""
+        if self.adopt is None:
+            return None
+        from ragscale.experiments.evaluate import record_scores
+        from ragscale.experiments.published import load_manifest, read_records
+
+        name = f"{row}-{optimizer}"
+        run = load_manifest(self.adopt)["runs"].get(name)
+        if run is None:
+            return None
+        wanted = {
+            "dataset": dataset, "lm": self.lm_name, "limit": self.limit, "docs": self.docs_of(row),
+            "corpus": self.corpus or dataset, "train_limit": self.train_limit,
+        }  # fmt: skip
+        for key, value in wanted.items():
+            if run["params"].get(key) != str(value):
+                raise SystemExit(
+                    f"--adopt {self.adopt}: its {name} was made with {key}={run['params'].get(key)}, "
+                    f"this benchmark asks {key}={value}"
+                )
+        records = read_records(self.adopt / f"{name}.jsonl.gz")
+        metrics = {k: v for k, v in run["metrics"].items() if not k.startswith("behaviour.")}
+        summary = {
+            **metrics, **record_scores(records), "method": run["params"]["method"], "dataset": dataset,
+            "optimizer": optimizer, "lm": self.lm_name, "row": row, "mlflow_run_id": run["run_id"],
+            "adopted_from": str(self.adopt), "scores": {r["id"]: {k: r[k] for k in SCORES} for r in records},
+        }  # fmt: skip
+        write_json(self.path(dataset, row, optimizer), summary, indent=2)
+        return summary
 
     def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None, decode: str | None = None):
         from ragscale.experiments.runner import load_named_lm

@@ -4,6 +4,7 @@ each method's paired CI against RAG.
     python benchmarks/methods.py [--datasets hotpotqa] [--limit 100] [--lm qwen2.5-coder-0.5b] [--api-base URL]
                                  [--teacher qwen2.5-coder-1.5b] [--methods rag,crag] [--optimizers none,bootstrap]
                                  [--no-oracle] [--out-dir runs/methods-<lm>] [--runs-dir runs] [--json FILE]
+                                 [--adopt benchmarks/results/NAME]
 
 Per dataset it runs RAG uncompiled first (the baseline of every comparison), then each method x optimizer in registry
 order, then the two oracle rows (the RAG program given the question's gold paragraphs, and given them padded to k with
@@ -11,9 +12,10 @@ retrieved distractors). Every cell is a ``cells.Cells`` run: the runner of ``rag
 questions, compiled with the teacher LM running DSPy's teacher program on the first ``--train-limit`` train questions
 (``bootstrap``), its summary and per-question scores kept as JSON in ``--out-dir`` (MLflow's store is ``--runs-dir``),
 so a rerun skips finished cells, an interrupted benchmark resumes, and a folder of finished cells prints its table and
-CIs on any machine. Uncompiled DRAG sends exactly RAG's prompts (DRAG differs only by its demonstrations), so it is not
-run: its row is RAG's. A cell that cannot run (a configuration error, prompts over the context window) is reported and
-the others go on.
+CIs on any machine. ``--adopt`` names a published folder (``benchmarks/publish.py``) whose cells count as finished: a
+table measured over sittings on machines that keep nothing runs only what the folder lacks. Uncompiled DRAG sends
+exactly RAG's prompts (DRAG differs only by its demonstrations), so it is not run: its row is RAG's. A cell that
+cannot run (a configuration error, prompts over the context window) is reported and the others go on.
 
 Prints one table per dataset: EM, F1, Acc, retrieval recall, LM calls and effective context per question,
 questions per minute (the evaluation alone), compile seconds, the method's behaviour values, and the paired
@@ -83,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, help="where the cells' JSON goes (default runs/methods-<lm>)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="MLflow's store and the indexes")
     parser.add_argument("--json", type=Path, help="write every summary and comparison as one JSON file")
+    parser.add_argument("--adopt", type=Path, metavar="FOLDER", help="a published folder whose cells count as done")
     args = parser.parse_args(argv)
+    if args.adopt is not None and not (args.adopt / "manifest.json").is_file():
+        parser.error(f"--adopt {args.adopt}: no manifest.json there (a folder benchmarks/publish.py wrote)")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in PROGRAMS]
     if unknown:
@@ -109,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         api_base=args.api_base,
         runs_dir=args.runs_dir,
         docs=args.docs,
+        adopt=args.adopt,
     )
     report: dict = {"lm": args.lm, "teacher": args.teacher, "limit": args.limit, "datasets": {}}
     skipped = []

@@ -1,7 +1,10 @@
 """Published runs: the committed records give back every score the run's summary had, and the table from them."""
 
 import gzip
+import importlib.util
+from pathlib import Path
 
+import pytest
 from doubles import SCRIPT, scripted_lm
 
 from ragscale.experiments.config import RunConfig
@@ -49,3 +52,28 @@ def test_published_records_give_back_the_summary_and_the_table_pairs_them_agains
         and f"| {rag['f1']:.1f} | {rag['acc']:.1f} |" in lines[3]
     )
     assert lines[4].startswith(f"| oracle-gold | none | {summaries[2]['em']:.1f} | ")
+
+
+def test_a_later_sitting_adopts_the_published_cells_and_refuses_one_made_otherwise(tmp_path, data_dir):
+    spec = importlib.util.spec_from_file_location("cells", Path(__file__).parents[2] / "benchmarks" / "cells.py")
+    cells = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cells)
+    runs = tmp_path / "runs"
+    config = RunConfig(method="rag", dataset="hotpotqa", retriever="bm25", adapter="chat", docs=2,
+                       data_dir=data_dir, runs_dir=runs)  # fmt: skip
+    summary = run_experiment(config, lm=scripted_lm(SCRIPT), progress=False)
+    folder = publish(runs, [summary["mlflow_run_id"]], tmp_path / "published", command="pytest")
+
+    def sitting(limit):  # a new machine: an empty out dir, the published folder
+        return cells.Cells(lm=config.lm, teacher=None, limit=limit, train_limit=config.train_limit,
+                           out_dir=tmp_path / f"cells-{limit}", docs=2, adopt=folder)  # fmt: skip
+
+    adopted = sitting(config.limit).done("hotpotqa", "rag", "none")
+    assert {k: adopted[k] for k in ("n", "em", "f1", "acc", "mlflow_run_id")} == {
+        k: summary[k] for k in ("n", "em", "f1", "acc", "mlflow_run_id")
+    }
+    assert set(adopted["scores"]) == {"q4", "q5", "q6"} and adopted["adopted_from"] == str(folder)
+    assert cells.paired(adopted, adopted, runs).diff == 0  # compared from the committed scores alone
+    assert sitting(config.limit).done("hotpotqa", "closed-book", "none") is None  # not published: it runs
+    with pytest.raises(SystemExit, match="rag-none was made with limit="):
+        sitting(2).done("hotpotqa", "rag", "none")
