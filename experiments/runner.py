@@ -23,7 +23,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -220,6 +220,7 @@ def run_experiment(
     teacher_lm=None,
     fresh: bool = False,
     max_failed: float = MAX_FAILED,
+    carried: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Compile, evaluate and track one configuration; returns the summary (``evaluate.SUMMARY_KEYS``).
 
@@ -238,7 +239,9 @@ def run_experiment(
     count and reuses the result across document counts. ``teacher_lm`` (any dspy LM) replaces
     ``load_lm(config.teacher)``; a teacher that is the reader (``teaches_itself``) is the reader's LM; a teacher or
     reflection LM loaded here is released once the program is compiled (``release_lm``), leaving its memory to the
-    student's decode graphs.
+    student's decode graphs. ``carried`` are records of a finished run whose program asks those questions exactly as
+    this one does (the sweep's IterDRAG under a smaller iteration cap, ``sweep/carry.py``): they count as answered,
+    as a resumed run's do, and only the other questions are asked.
     """
     import dspy
 
@@ -301,6 +304,11 @@ def run_experiment(
         done = resume.finished_records(work / PREDICTIONS) if found is not None else []
         if found is not None:
             log.info("resuming run %s: %d of %d questions already answered", run_id, len(done), len(evalset))
+        answered = {str(r["id"]) for r in done}
+        carry = [dict(r) for r in carried if str(r["id"]) not in answered]
+        if carry:
+            log.info("run %s: %d questions carried from a run that asks them the same way", run_id, len(carry))
+            done = [*done, *carry]
         index_start = time.perf_counter()
         if corpus is not None:
             retriever = build_retriever_for(config, train, evalset, corpus=corpus, progress=progress)

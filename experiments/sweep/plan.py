@@ -16,6 +16,7 @@ from typing import Any
 
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.identity import config_key, data_fingerprint
+from ragscale.experiments.sweep.carry import carried
 from ragscale.experiments.sweep.estimate import Estimate, Planner
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points, point_config
 from ragscale.experiments.sweep.ledger import run_records
@@ -81,10 +82,13 @@ def plan(
         points.append((point, key, config.docs_per_demo))
         if key in finished:
             planner.learn(point, config.docs_per_demo, run_records(base.runs_dir, finished[key]["run_id"]))
+    keys = {point: key for point, key, _ in points}
     planned = []
     for point, key, per_demo in points:
         estimate, seconds = planner.estimate(point, per_demo)
         status = "done" if key in finished else status_of(estimate, grid, window)
+        if status == "run":  # the questions it will carry from a finished smaller cap take no time
+            seconds *= 1 - len(carried(point, keys, finished, base.runs_dir)[1]) / max(len(evalset), 1)
         planned.append(PlannedPoint(point, key, per_demo, estimate, seconds, status))
     return planned
 
@@ -128,7 +132,9 @@ def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_question
         "learned yet); counted = each call once (a floor: retries add). fewest-most: without retries, IterDRAG "
         "stopping at its first decomposition to every iteration used; over budget = even the fewest exceed the "
         f"largest budget; expected over budget = a learned estimate exceeds it by more than {SLACK:.0%}, so no "
-        "budget could choose it (rechecked just before each configuration runs; --beyond-budget runs them)."
+        "budget could choose it (rechecked just before each configuration runs; --beyond-budget runs them). est. "
+        "time leaves out the questions IterDRAG carries from a finished smaller iteration cap, once that one has "
+        "finished."
     )
     lines.append(
         f"{len(todo)} to run, {sum(p.status == 'done' for p in planned)} done, "

@@ -6,7 +6,9 @@ Shots are demonstrations learned by the teleprompter, compiled once per method a
 document count of the grid, and IterDRAG's largest iteration count) and reused across document and iteration
 counts (``run_experiment(compiled=...)``, demos cut to the configuration's k documents each, as DRAG's
 demonstrations carry as many documents as the test question). Each configuration is re-estimated just before it
-runs, with what the ones finished by then taught, and keeps that estimate with its result. A configuration that
+runs, with what the ones finished by then taught, and keeps that estimate with its result. IterDRAG under a larger
+iteration cap carries the questions whose loop stopped before a finished smaller cap (``carry.py``): they would be
+asked the same way. A configuration that
 fails does not stop the sweep; a rerun retries it and skips the finished ones. ``plan_only`` prints the plan without
 running, ``allocate`` reads the stored allocation model.
 
@@ -54,6 +56,7 @@ from ragscale.experiments.runner import (
 )
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation, scores
+from ragscale.experiments.sweep.carry import carried
 from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
 from ragscale.experiments.sweep.grid import Grid, Point, file_label, format_size, point_config
@@ -427,6 +430,7 @@ def run_sweep(
     compiling: dict[tuple[str, int], threading.Lock] = {}  # one per (method, shots): each is compiled once
     stopper = _Stopper()
     todo = [p for p in planned if p.status == "run"]
+    keys = {p.point: p.key for p in planned}  # what a configuration carries from is found by its point
     stopped: list[str] = []
     timer = None
     if stop_after is not None:
@@ -504,6 +508,11 @@ def run_sweep(
                         done_with(group)
                     return
                 compiling.setdefault(group, threading.Lock())  # a point of it runs: its compile marks it tried
+                source, carry = carried(point, keys, {**tracked, **ledger}, base.runs_dir)
+                item.seconds *= 1 - len(carry) / max(len(evalset), 1)  # as the plan: carried questions take none
+                if source is not None:
+                    report(f"{name}: carries {len(carry)} of {len(evalset)} questions from {source.label}, whose "
+                           f"loop stopped before its cap of {source.iterations}")  # fmt: skip
             try:
                 program = None
                 if point.shots:
@@ -517,6 +526,7 @@ def run_sweep(
                     progress=progress and parallel_runs == 1,
                     check_context=True,
                     compiled=program,
+                    carried=carry,
                 )
             except ContextWindowError as exc:
                 with shared:

@@ -24,7 +24,7 @@ from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points, parse_size
-from ragscale.experiments.sweep.ledger import LEDGER, RESULTS, SCORES
+from ragscale.experiments.sweep.ledger import LEDGER, RESULTS, SCORES, run_records
 from ragscale.experiments.sweep.report import budget_table
 from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.run import ALLOCATION, PLOT, allocate, run_sweep
@@ -521,3 +521,35 @@ def test_iterdrag_is_taught_its_sub_question_chains_where_the_sweep_labels_the_o
     state = json.loads((runs_dir / "work" / row.run_id / "program.json").read_text())
     demos = {name: len(predictor["demos"]) for name, predictor in state.items() if "demos" in predictor}
     assert demos.get("decompose") and demos.get("answer_sub"), demos  # the chain, not the final answer alone
+
+
+def test_iterdrag_under_a_larger_cap_carries_the_questions_that_stopped_before_a_smaller_one(
+    tmp_path, smollm2_tokenizer, examples
+):
+    # The script asks 2 follow-ups, then "none": under a cap of 2 every question reaches the cap, under 3 none does.
+    def sweep(iterations: tuple[int, ...], runs_dir: Path):
+        lm, reports = tokenizer_lm(smollm2_tokenizer, examples), []
+        grid = Grid(methods=("iterdrag",), docs=(1,), shots=(0,), iterations=iterations, budgets=(8000,),
+                    baselines=False)  # fmt: skip
+        result = run_sweep(
+            grid, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED, report=reports.append
+        )
+        return result, reports, lm.engine.calls
+
+    _, _, asked = sweep((2, 3), tmp_path / "to-3")
+    result, reports, asked_with_4 = sweep((2, 3, 4), tmp_path / "to-4")
+    assert asked_with_4 == asked  # the cap of 4 asked the LM nothing: every question stopped before 3
+    assert any(line.endswith("n=3: carries 0 of 3 questions from iterdrag k=1 m=0 n=2, whose loop stopped before "
+                              "its cap of 2") for line in reports)  # fmt: skip
+    assert any("n=4: carries 3 of 3 questions from iterdrag k=1 m=0 n=3" in line for line in reports)
+    runs = tmp_path / "to-4"
+    by_cap = {row.iterations: run_records(runs, row.run_id) for row in result.rows}
+    kept = ("id", "prediction", "em", "input_tokens", "lm_calls", "sub_questions", "behaviour")
+    assert [{k: r[k] for k in kept} for r in by_cap[4]] == [{k: r[k] for k in kept} for r in by_cap[3]]
+    assert [r["behaviour"]["follow_ups"] for r in by_cap[3]] == [2, 2, 2]
+    resumed = {r.iterations: tracking.client(runs).get_run(r.run_id).data.metrics["resumed"] for r in result.rows}
+    assert resumed == {2: 0, 3: 0, 4: 3}
+    widened, _, asked_again = sweep((2, 3, 4), tmp_path / "to-3")  # a cap of 4 added to the finished sweep
+    assert [(p.point.iterations, p.status) for p in widened.plan] == [(2, "done"), (3, "done"), (4, "run")]
+    assert widened.plan[2].seconds == 0  # its time estimate leaves out the questions it carries: all of them
+    assert asked_again == 0
