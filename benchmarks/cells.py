@@ -15,10 +15,11 @@ cells are compared question by question: the paired bootstrap 95% CI of the diff
 cells' scores (or, for a cell kept without them, the per-question records MLflow holds).
 
 A table measured over several sittings on machines that keep nothing between them gathers in a published folder
-(``benchmarks/publish.py``); ``adopt`` names it, and a cell it holds, made with the same reader, dataset, questions,
-k, corpus and train questions, counts as finished: its summary is made again from the committed records and the
-manifest (``adopted``), so a later sitting runs only the cells the folder lacks and still compares every cell with
-the baseline. A published cell made with other settings is an error naming the setting, not a cell run again.
+(``benchmarks/publish.py``); ``adopt`` names it, and a cell it holds, made with the same settings (all but where
+things lie on the machine and how fast it runs: ``UNCOMPARED``), counts as finished: its summary is made again from
+the committed records and the manifest (``adopted``), so a later sitting runs only the cells the folder lacks and
+still compares every cell with the baseline. A published cell made with other settings is an error naming the
+setting, not a cell run again.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ ORACLES = (*ORACLE_ROWS, "oracle-all")
 SCORES = ("em", "f1", "acc")
 DOCS = 5
 """The documents k of every cell unless given: the methods' retrieval, and the padding of oracle-distractors."""
+UNCOMPARED = frozenset(
+    {"api_base", "teacher_api_base", "chroma_url", "weights", "cache", "data_dir", "runs_dir", "threads", "trace"}
+)
+"""The settings of a published cell that may differ from a later sitting's: where things are on the machine, how
+fast it runs, the weight layout its CPU picks. Every other setting, the run's name included, must be the same."""
 __all__ = ["EFFECTIVE_CONTEXT", "ORACLE_ROWS", "Cells", "behaviour_cell", "paired", "records_of"]
 
 
@@ -83,17 +89,14 @@ class Cells:
 
         name = f"{row}-{optimizer}"
         run = load_manifest(self.adopt)["runs"].get(name)
-        if run is None:
+        if run is None or run["params"].get("dataset") != dataset:  # a folder holds one dataset's table
             return None
-        wanted = {
-            "dataset": dataset, "lm": self.lm_name, "limit": self.limit, "docs": self.docs_of(row),
-            "corpus": self.corpus or dataset, "train_limit": self.train_limit,
-        }  # fmt: skip
-        for key, value in wanted.items():
-            if run["params"].get(key) != str(value):
+        wanted = self.config_of(dataset, row, optimizer).to_params()
+        for key in sorted(set(wanted) - UNCOMPARED):
+            if run["params"].get(key) != wanted[key]:
                 raise SystemExit(
                     f"--adopt {self.adopt}: its {name} was made with {key}={run['params'].get(key)}, "
-                    f"this benchmark asks {key}={value}"
+                    f"this benchmark asks {key}={wanted[key]}"
                 )
         records = read_records(self.adopt / f"{name}.jsonl.gz")
         metrics = {k: v for k, v in run["metrics"].items() if not k.startswith("behaviour.")}
@@ -105,29 +108,14 @@ class Cells:
         write_json(self.path(dataset, row, optimizer), summary, indent=2)
         return summary
 
-    def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None, decode: str | None = None):
-        from ragscale.experiments.runner import load_named_lm
-
-        key = (name, max_tokens, api_base, decode)
-        if key not in self._lms:
-            extra = {"max_tokens": max_tokens} if max_tokens else {}
-            self._lms[key] = load_named_lm(name, cache=False, api_base=api_base, decode=decode, **extra)
-        return self._lms[key]
-
-    def run(self, dataset: str, row: str, optimizer: str) -> dict:
-        """The cell's summary: read back when it finished before, else run now and kept."""
-        summary = self.done(dataset, row, optimizer)
-        if summary is not None:
-            return summary
+    def config_of(self, dataset: str, row: str, optimizer: str):
+        """The ``RunConfig`` the cell runs with (an oracle row runs the RAG program)."""
         from ragscale.experiments.config import RunConfig
-        from ragscale.experiments.oracle import OracleRetriever
-        from ragscale.experiments.runner import TEACHER_DECODE, build_retriever_for, load_examples, run_experiment
         from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 
-        oracle = row in ORACLES
         taught = optimizer in TEACHER_OPTIMIZERS and self.teacher_name is not None
-        config = RunConfig(
-            method="rag" if oracle else row,
+        return RunConfig(
+            method="rag" if row in ORACLES else row,
             dataset=dataset,
             optimizer=optimizer,
             lm=self.lm_name,
@@ -145,6 +133,26 @@ class Cells:
             cache=False,  # questions per minute of this run, not of an earlier run's cached calls
             run_name=f"{self.prefix}-{dataset}-{row}-{optimizer}-n{self.limit}",
         )
+
+    def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None, decode: str | None = None):
+        from ragscale.experiments.runner import load_named_lm
+
+        key = (name, max_tokens, api_base, decode)
+        if key not in self._lms:
+            extra = {"max_tokens": max_tokens} if max_tokens else {}
+            self._lms[key] = load_named_lm(name, cache=False, api_base=api_base, decode=decode, **extra)
+        return self._lms[key]
+
+    def run(self, dataset: str, row: str, optimizer: str) -> dict:
+        """The cell's summary: read back when it finished before, else run now and kept."""
+        summary = self.done(dataset, row, optimizer)
+        if summary is not None:
+            return summary
+        from ragscale.experiments.oracle import OracleRetriever
+        from ragscale.experiments.runner import TEACHER_DECODE, build_retriever_for, load_examples, run_experiment
+
+        config = self.config_of(dataset, row, optimizer)
+        oracle, taught = row in ORACLES, config.teacher is not None
         teacher = None  # the run loads the teacher and releases it once compiled, for the student's decode graphs
         if taught and optimizer == "gepa":  # GEPA's teacher reflects: room for a rewritten instruction
             teacher = self._lm(self.teacher_name, 1024, decode=TEACHER_DECODE)

@@ -2,6 +2,7 @@
 
 import gzip
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,21 +60,28 @@ def test_a_later_sitting_adopts_the_published_cells_and_refuses_one_made_otherwi
     cells = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cells)
     runs = tmp_path / "runs"
-    config = RunConfig(method="rag", dataset="hotpotqa", retriever="bm25", adapter="chat", docs=2,
-                       data_dir=data_dir, runs_dir=runs)  # fmt: skip
-    summary = run_experiment(config, lm=scripted_lm(SCRIPT), progress=False)
+
+    class ChatCells(cells.Cells):  # cells whose reader answers in ChatAdapter's format, as the script does
+        def config_of(self, *cell):
+            return replace(super().config_of(*cell), adapter="chat")
+
+    def sitting(limit, **settings):  # a machine that keeps nothing: an empty out dir, the published folder
+        return ChatCells(lm="smollm2-135m", teacher=None, limit=limit, train_limit=2, runs_dir=runs,
+                           out_dir=tmp_path / f"cells-{len(list(tmp_path.iterdir()))}", docs=2, **settings)  # fmt: skip
+
+    config = replace(sitting(None).config_of("hotpotqa", "rag", "none"), data_dir=data_dir, threads=1)
+    summary = run_experiment(config, lm=scripted_lm(SCRIPT), progress=False)  # the cell, as a first sitting ran it
     folder = publish(runs, [summary["mlflow_run_id"]], tmp_path / "published", command="pytest")
 
-    def sitting(limit):  # a new machine: an empty out dir, the published folder
-        return cells.Cells(lm=config.lm, teacher=None, limit=limit, train_limit=config.train_limit,
-                           out_dir=tmp_path / f"cells-{limit}", docs=2, adopt=folder)  # fmt: skip
-
-    adopted = sitting(config.limit).done("hotpotqa", "rag", "none")
+    adopted = sitting(None, adopt=folder).done("hotpotqa", "rag", "none")
     assert {k: adopted[k] for k in ("n", "em", "f1", "acc", "mlflow_run_id")} == {
         k: summary[k] for k in ("n", "em", "f1", "acc", "mlflow_run_id")
     }
     assert set(adopted["scores"]) == {"q4", "q5", "q6"} and adopted["adopted_from"] == str(folder)
     assert cells.paired(adopted, adopted, runs).diff == 0  # compared from the committed scores alone
-    assert sitting(config.limit).done("hotpotqa", "closed-book", "none") is None  # not published: it runs
-    with pytest.raises(SystemExit, match="rag-none was made with limit="):
-        sitting(2).done("hotpotqa", "rag", "none")
+    assert sitting(None, adopt=folder).done("hotpotqa", "closed-book", "none") is None  # not published: it runs
+    assert sitting(None, adopt=folder).done("musique", "rag", "none") is None  # the folder holds HotpotQA's
+    with pytest.raises(SystemExit, match="rag-none was made with limit=None, this benchmark asks limit=2"):
+        sitting(2, adopt=folder).done("hotpotqa", "rag", "none")
+    with pytest.raises(SystemExit, match="rag-none was made with corpus=hotpotqa, this benchmark asks corpus="):
+        sitting(None, adopt=folder, corpus="questions").done("hotpotqa", "rag", "none")
