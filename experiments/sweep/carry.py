@@ -6,7 +6,8 @@ program per method and shot count for every iteration count. A question whose lo
 another reason than the cap (the model wrote "none", repeated a follow-up, or wrote one that could not be read), so
 with fewer than n' follow-ups, makes the same calls in the same order under any larger cap: its record at n' is its
 record at n. A configuration at n therefore carries those records from the finished configuration of the same
-method, documents and shots with the largest smaller cap, and asks only the questions that reached that cap. Its
+method, documents and shots with the largest smaller cap, when it ran the same program (the same demonstrations and
+instructions: ``program_digest``, kept with each row), and asks only the questions that reached that cap. Its
 answers are those a run asking every question would give, as far as the engine's greedy decoding is deterministic
 (a redrawn follow-up is seeded); like a resumed run's, the carried questions are not in its questions per minute.
 The published records show it: a carried question's record is the same in both configurations.
@@ -14,6 +15,8 @@ The published records show it: a carried question's record is the same in both c
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,13 +51,24 @@ def stopped_before_cap(method: str, records: Sequence[Mapping[str, Any]], cap: i
     return [r for r in records if r.get("error") is None and (r.get("behaviour") or {}).get(count, cap) < cap]
 
 
+def program_digest(program: Any) -> str:
+    """What identifies the state of the program a configuration runs (its demonstrations and instructions): a hash of
+    ``dump_state()``; "uncompiled" for none (no shots: the program as built)."""
+    if program is None:
+        return "uncompiled"
+    state = json.dumps(program.dump_state(), sort_keys=True, default=str)
+    return hashlib.sha256(state.encode("utf-8")).hexdigest()[:16]
+
+
 def carried(
-    point: Point, keys: Mapping[Point, str], finished: Mapping[str, Mapping[str, Any]], runs_dir: Any
-) -> tuple[Point | None, list[Mapping[str, Any]]]:
+    point: Point, keys: Mapping[Point, str], finished: Mapping[str, Mapping[str, Any]], runs_dir: Any,
+    program: str | None = None,
+) -> tuple[Point | None, list[Mapping[str, Any]]]:  # fmt: skip
     """The point ``point`` carries from (``source_of``) and the records it carries (``stopped_before_cap`` of that
-    finished run's records, read from ``runs_dir``); (None, []) where it carries none."""
+    finished run's records, read from ``runs_dir``); (None, []) where it carries none. Given the digest of the
+    program ``point`` runs (``program_digest``), a source that ran another program, or one not known, gives none."""
     source = source_of(point, keys, finished)
-    if source is None:
+    if source is None or (program is not None and finished[keys[source]].get("program") != program):
         return None, []
     records = run_records(runs_dir, finished[keys[source]]["run_id"]) or []
     return source, stopped_before_cap(point.method, records, source.iterations)

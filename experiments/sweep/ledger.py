@@ -70,13 +70,17 @@ def save_ledger(sweep_dir: Path, ledger: Mapping[str, dict]) -> None:
     write_json(sweep_dir / LEDGER, ledger)
 
 
-def ledger_row(run_id: str, lm: str | None, values: Mapping[str, Any], estimate: Mapping[str, Any]) -> dict[str, Any]:
+def ledger_row(
+    run_id: str, lm: str | None, values: Mapping[str, Any], estimate: Mapping[str, Any], *,
+    program: str | None = None, carried: int = 0,
+) -> dict[str, Any]:  # fmt: skip
     """A finished configuration's row: its run, its LM, its summary values (``ROW_FIELDS``, by the names of the
-    run's summary and MLflow metrics) and the estimate made just before it ran (``estimate_fields``)."""
+    run's summary and MLflow metrics), the estimate made just before it ran (``estimate_fields``), the digest of the
+    program it ran and how many questions it carried from a smaller iteration cap (``carry.py``)."""
     row = {"run_id": run_id, "lm": lm, **{name: values.get(name) for name in ROW_FIELDS}}
     row["n"], row["failed"] = int(row["n"] or 0), int(row["failed"] or 0)
     row["resumed"] = int(values.get("resumed") or 0)  # questions carried over: eval_s did not time them
-    return {**row, **estimate}
+    return {**row, "program": program, "carried": carried, **estimate}
 
 
 def mlflow_rows(runs_dir: Path) -> dict[str, dict]:

@@ -39,7 +39,9 @@ class Row:
     lm_calls_per_question: float | None = None
     eval_s: float | None = None
     wall_s: float | None = None
-    resumed: int = 0  # questions carried over from a killed run: eval_s did not time them
+    resumed: int = 0  # questions carried over from a killed run, or carried (``carry.py``): eval_s did not time them
+    carried: int = 0  # of those, the ones carried from a smaller iteration cap (``carry.py``)
+    program: str | None = None  # the digest of the program it ran (``carry.program_digest``); None where unknown
     estimated_effective_context: float | None = None
     estimated_low: float | None = None
     estimated_high: float | None = None

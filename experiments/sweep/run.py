@@ -56,7 +56,7 @@ from ragscale.experiments.runner import (
 )
 from ragscale.experiments.signals import interrupted
 from ragscale.experiments.sweep import allocation, scores
-from ragscale.experiments.sweep.carry import carried
+from ragscale.experiments.sweep.carry import carried, program_digest
 from ragscale.experiments.sweep.claims import check_claims, format_claims
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
 from ragscale.experiments.sweep.grid import Grid, Point, file_label, format_size, point_config
@@ -508,15 +508,19 @@ def run_sweep(
                         done_with(group)
                     return
                 compiling.setdefault(group, threading.Lock())  # a point of it runs: its compile marks it tried
-                source, carry = carried(point, keys, {**tracked, **ledger}, base.runs_dir)
-                item.seconds *= 1 - len(carry) / max(len(evalset), 1)  # as the plan: carried questions take none
-                if source is not None:
-                    report(f"{name}: carries {len(carry)} of {len(evalset)} questions from {source.label}, whose "
-                           f"loop stopped before its cap of {source.iterations}")  # fmt: skip
             try:
                 program = None
                 if point.shots:
                     program = cap_demos(copy.deepcopy(compiled_for(point, replica)), point.shots, config.docs_per_demo)
+                digest = program_digest(program)
+                with shared:
+                    finished = {**tracked, **ledger}
+                source, carry = carried(point, keys, finished, base.runs_dir, program=digest)
+                if source is not None:
+                    item.seconds *= 1 - len(carry) / max(len(evalset), 1)  # as the plan: carried questions take none
+                    with shared:
+                        report(f"{name}: carries {len(carry)} of {len(evalset)} questions from {source.label}, "
+                               f"whose loop stopped before its cap of {source.iterations}")  # fmt: skip
                 summary = run_experiment(
                     config,
                     lm=replica,
@@ -551,7 +555,7 @@ def run_sweep(
             mlflow_client.set_tag(run_id, SWEEP_KEY_TAG, item.key)
             mlflow_client.set_tag(run_id, ESTIMATE_TAG, json.dumps(estimate))
             planner.learn(point, item.docs_per_demo, records)
-            ledger[item.key] = ledger_row(run_id, base.lm, summary, estimate)
+            ledger[item.key] = ledger_row(run_id, base.lm, summary, estimate, program=digest, carried=len(carry))
             save_ledger(sweep_dir, ledger)
             ran.append(item.key)
             report(

@@ -60,6 +60,7 @@ def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | 
         for r in rows
         if r.get("lm") == lm_name and answered(r) > 0 and r.get(EFFECTIVE_CONTEXT) is not None
         and (r.get("eval_s") or 0) >= 0.2 * answered(r)  # faster than that: served from the LM cache, not a timing
+        and not r.get("carried")  # its mean context counts the carried questions, the cheap ones, untimed
     ]  # fmt: skip
     if len(usable) < 3:
         return None

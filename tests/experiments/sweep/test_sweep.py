@@ -553,3 +553,11 @@ def test_iterdrag_under_a_larger_cap_carries_the_questions_that_stopped_before_a
     assert [(p.point.iterations, p.status) for p in widened.plan] == [(2, "done"), (3, "done"), (4, "run")]
     assert widened.plan[2].seconds == 0  # its time estimate leaves out the questions it carries: all of them
     assert asked_again == 0
+    ledger_path = widened.sweep_dir / LEDGER  # as if the cap of 3 had run other demonstrations than the cap of 4 will
+    ledger = json.loads(ledger_path.read_text())
+    for key in ledger:
+        ledger[key]["program"] = "another program"
+    ledger_path.write_text(json.dumps(ledger))
+    again, reports, asked_again = sweep((2, 3, 4, 5), tmp_path / "to-3")
+    assert asked_again > 0 and not any("n=5: carries" in line for line in reports)
+    assert {r.iterations: r.carried for r in again.rows} == {2: 0, 3: 0, 4: 3, 5: 0}
