@@ -8,9 +8,8 @@ counts (``run_experiment(compiled=...)``, demos cut to the configuration's k doc
 demonstrations carry as many documents as the test question). Each configuration is re-estimated just before it
 runs, with what the ones finished by then taught, and keeps that estimate with its result. IterDRAG under a larger
 iteration cap carries the questions whose loop stopped before a finished smaller cap (``carry.py``): they would be
-asked the same way. A configuration that
-fails does not stop the sweep; a rerun retries it and skips the finished ones. ``plan_only`` prints the plan without
-running, ``allocate`` reads the stored allocation model.
+asked the same way. A configuration that fails does not stop the sweep; a rerun retries it and skips the finished
+ones. ``plan_only`` prints the plan without running, ``allocate`` reads the stored allocation model.
 
 Several configurations may run at once (``parallel_runs``), each on one of the LM's servers: ``api_base`` may name
 several replicas of one model, comma-separated. Each configuration takes the least busy replica when it starts, and
