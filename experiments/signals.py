@@ -20,6 +20,11 @@ class Terminated(BaseException):
     """The process received SIGTERM."""
 
 
+class Stopped(BaseException):
+    """The caller stopped the run: a sweep's time limit passed. A ``BaseException`` for the reason ``Terminated`` is
+    one: DSPy's callbacks and a question's answer catch every ``Exception`` and would let the run go on."""
+
+
 def _raise_terminated(signum, frame) -> None:
     raise Terminated(f"received {signal.Signals(signum).name}")
 
@@ -36,5 +41,5 @@ def terminate_on_sigterm() -> Iterator[None]:
 
 
 def interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` stopped a run from outside (Ctrl-C or SIGTERM) rather than a failure of the run."""
-    return isinstance(exc, KeyboardInterrupt | Terminated)
+    """Whether ``exc`` stopped a run from outside (Ctrl-C, SIGTERM or its caller) rather than a failure of the run."""
+    return isinstance(exc, KeyboardInterrupt | Terminated | Stopped)

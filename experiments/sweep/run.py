@@ -53,7 +53,7 @@ from ragscale.experiments.runner import (
     run_experiment,
     teaches_itself,
 )
-from ragscale.experiments.signals import interrupted
+from ragscale.experiments.signals import Stopped, interrupted
 from ragscale.experiments.sweep import allocation, scores
 from ragscale.experiments.sweep.carry import carried, program_digest
 from ragscale.experiments.sweep.claims import check_claims, format_claims
@@ -184,9 +184,10 @@ class TimeLimitError(Exception):
 
 class _Stopper(BaseCallback):
     """A DSPy callback that ends the sweep's runs in flight once the sweep is stopped: their next module or LM call
-    raises what stopped it (a copy of the Ctrl-C or SIGTERM), so each run ends KILLED with what it finished kept, as
-    a run stopped alone does. It rides in ``dspy.context``, so it reaches the threads that answer a run's
-    questions."""
+    raises what stopped it (a copy of the Ctrl-C or SIGTERM, or ``Stopped`` at the time limit), so each run ends
+    KILLED with what it finished kept, as a run stopped alone does. It rides in ``dspy.context``, so it reaches the
+    threads that answer a run's questions. What it raises is a ``BaseException``: DSPy logs and drops an
+    ``Exception`` raised by a callback."""
 
     def __init__(self):
         super().__init__()
@@ -195,7 +196,7 @@ class _Stopper(BaseCallback):
     def _check(self) -> None:
         reason = self.reason
         if reason is not None:
-            raise type(reason)(*reason.args) if interrupted(reason) else RuntimeError(f"the sweep stopped: {reason!r}")
+            raise type(reason)(*reason.args) if interrupted(reason) else Stopped(f"the sweep stopped: {reason}")
 
     def on_module_start(self, call_id, instance, inputs) -> None:
         self._check()
@@ -323,6 +324,10 @@ def _oracle_rows(
                     config, lm=got.lm, retriever=retriever, examples=(got.train, got.evalset), parent_run_id=parent,
                     progress=progress, check_context=True,
                 )  # fmt: skip
+            except Stopped:  # the time limit: the caller counts it stopped, not failed
+                report("  ended at the time limit")
+                failed.append(key)
+                break
             except Exception as exc:  # like a configuration: reported, retried by a rerun, the sweep goes on
                 log.exception("oracle row %s failed", name)
                 report(f"  failed: {type(exc).__name__}: {exc}")
@@ -536,12 +541,12 @@ def run_sweep(
                     report(f"{name}: skipped, does not fit: {exc}")
                     failed.append(item.key)
                 return
+            except Stopped:  # the time limit: its run is KILLED with its finished questions, which a rerun keeps
+                with shared:
+                    report(f"{name}: ended at the time limit, its finished questions kept for a rerun")
+                    stopped.append(item.key)
+                return
             except Exception as exc:  # one configuration failing does not stop the sweep; a rerun retries it
-                if time_up():
-                    with shared:
-                        report(f"{name}: ended at the time limit, its finished questions kept for a rerun")
-                        stopped.append(item.key)
-                    return
                 log.exception("configuration %s failed", point.label)
                 with shared:
                     report(f"{name}: failed: {type(exc).__name__}: {exc}")

@@ -9,6 +9,7 @@ import pytest
 from ragscale.experiments.signals import (
     INTERRUPTED_EXIT,
     TERMINATED_EXIT,
+    Stopped,
     Terminated,
     interrupted,
     terminate_on_sigterm,
@@ -25,8 +26,9 @@ def test_sigterm_raises_terminated_inside_the_block_and_the_previous_handler_com
 
 def test_a_stop_from_outside_is_told_from_a_failure_and_escapes_except_exception():
     assert interrupted(KeyboardInterrupt()) and interrupted(Terminated("received SIGTERM"))
+    assert interrupted(Stopped("the sweep's time limit passed"))
     assert not interrupted(RuntimeError("the run failed"))
-    assert not issubclass(Terminated, Exception)
+    assert not issubclass(Terminated, Exception) and not issubclass(Stopped, Exception)
 
 
 def test_the_exit_codes_are_those_of_a_process_stopped_by_the_signal():

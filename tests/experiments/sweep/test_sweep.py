@@ -383,6 +383,36 @@ def test_a_sweep_stopped_at_its_time_limit_reports_what_finished_and_a_rerun_run
     assert len(rest.ran) == 3 and rest.stopped == [] and len(rest.oracle) == 2
 
 
+def test_the_time_limit_ends_the_configuration_in_flight_and_a_rerun_resumes_it(tmp_path, smollm2_tokenizer, examples):
+    import dspy
+    from doubles import MeteredLM, TokenizerEngine
+
+    from ragscale.experiments.sweep.run import TimeLimitError
+
+    class ReachesTheLimit(TokenizerEngine):
+        """Its first call is where the sweep's time limit passes: it sets the stopper's reason as the timer does."""
+
+        def complete(self, request):
+            if self.calls == 0:
+                stopper = next(c for c in dspy.settings.get("callbacks", []) if hasattr(c, "reason"))
+                stopper.reason = TimeLimitError("1 s passed")
+            return super().complete(request)
+
+    golds = {ex.question: ex.answers[0] for split in examples for ex in split}
+    lm = MeteredLM("local/scripted", engine=ReachesTheLimit(smollm2_tokenizer, golds), cache=False, num_retries=0,
+                   context_window=8192)  # fmt: skip
+    grid = Grid(methods=("rag",), docs=(1,), shots=(0,), iterations=(1,), budgets=(3000,), baselines=False)
+    base, reports = replace(base_config(tmp_path / "runs"), threads=1), []
+    common = dict(examples=examples, progress=False, speed=SPEED)
+    stopped = run_sweep(grid, base, lm=lm, stop_after=3600.0, report=reports.append, **common)
+    assert stopped.ran == [] and stopped.failed == [] and len(stopped.stopped) == 1
+    assert any("ended at the time limit" in line for line in reports)  # not run to its end, as DSPy would let it
+    [killed] = tracking.finished_runs(base.runs_dir, statuses=("KILLED",))
+    assert len(run_records(base.runs_dir, killed.info.run_id)) == 1  # the question it was answering finished
+    rest = run_sweep(grid, base, lm=tokenizer_lm(smollm2_tokenizer, examples), report=lambda _: None, **common)
+    assert len(rest.ran) == 1 and rest.stopped == [] and rest.rows[0].run_id == killed.info.run_id  # resumed
+
+
 @pytest.fixture
 def taught(smollm2_tokenizer, examples, monkeypatch):
     """The teacher the sweep loads, and what happened to it: ``"loaded"``, ``("released", whether it was it)``."""
