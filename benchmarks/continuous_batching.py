@@ -1,6 +1,6 @@
 """Is transformers' own continuous batching as fast on CPU as ragscale's engine, for the same prompts?
 
-    python benchmarks/continuous_batching.py --model qwen2.5-coder-0.5b --limit 8
+    python benchmarks/continuous_batching.py --model qwen2.5-coder-0.5b --limit 8 [--device cuda]
                                              [--weights auto] [--max-batch-tokens 512,2048,8192] [--page-size 256]
                                              [--cb-weights LAYOUT] [--torch-threads N] [--json PATH]
 
@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="preset, model directory or .gguf file")
     parser.add_argument("--limit", type=int, default=8, help="questions per run")
+    parser.add_argument("--device", default="cpu", help="where both sides run: cpu (default) or cuda")
     parser.add_argument("--weights", default="auto", help="weight layout of the model both sides run (default auto)")
     parser.add_argument(
         "--cb-weights", help="run transformers on a second copy of the model in this layout (default: the same model)"
@@ -230,8 +231,8 @@ def main(argv: list[str] | None = None) -> dict:
     from ragscale.programs.lm.layouts import cpu_flags, cpu_model
     from ragscale.programs.lm.models import load_model
 
-    model, tokenizer = load_model(args.model, device="cpu", weights=args.weights)
-    cb_model = load_model(args.model, device="cpu", weights=args.cb_weights)[0] if args.cb_weights else model
+    model, tokenizer = load_model(args.model, device=args.device, weights=args.weights)
+    cb_model = load_model(args.model, device=args.device, weights=args.cb_weights)[0] if args.cb_weights else model
     lm = engine_lm(model, tokenizer, args.model)
     engine = lm.engine
     examples = dev_examples()

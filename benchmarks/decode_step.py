@@ -47,7 +47,7 @@ def stepper(model, way: str):
     from ragscale.programs.lm.step import BUCKETS, Decoder
 
     decoder = Decoder(model, way)
-    decoder.max_rows = BUCKETS[-1]
+    decoder.max_rows, decoder.wanted, decoder.buckets = BUCKETS[-1], list(BUCKETS), list(BUCKETS)
 
     def run(cache, feed, positions, mask):
         return decoder(feed[:, None], mask.long(), positions[:, None], cache)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The engine's figures on a lent GPU in one run of under 8 minutes, written as JSON under $OUT.
+# The engine's figures on a lent GPU in one run of about 9 minutes (steps 1 and 2 took 2 minutes a shape on an
+# H200), written as JSON under $OUT.
 #
 # The packaged weights cannot travel (64 MiB), so the models are built there with random weights from configs and
 # tokenizers exported here, where the weights are (about 11 MiB each):
@@ -7,14 +8,23 @@
 #   python benchmarks/random_model.py export qwen2.5-coder-0.5b gpu/qwen-0.5b
 #   python benchmarks/random_model.py export qwen2.5-coder-1.5b gpu/qwen-1.5b
 #   python benchmarks/random_model.py export qwen2.5-coder-0.5b gpu/qwen-7b --shape 7b
+#   mkdir -p gpu/data/hotpotqa && cp ../shared/datasets/hotpotqa/dev.jsonl gpu/data/hotpotqa/
+#   rm gpu/qwen-1.5b/tokenizer.json gpu/qwen-7b/tokenizer.json   # one tokenizer for the three: 22 MiB less to carry
 #
 # then, with the device tool, carrying gpu/ (and .whl/, the wheels of the packages the machine's image lacks:
-# ../.library/device/README.md says how), run `bash benchmarks/gpu_check.sh`. What it runs:
+# ../.library/device/README.md says how; at the versions .venv holds: dspy gepa json_repair jsonschema
+# jsonschema-specifications referencing rpds-py orjson pydantic pydantic_core annotated-types typing-inspection dill
+# transformers tokenizers typing_extensions, 21 MiB; the image's torch, 2.11, stays), run
+# `bash benchmarks/gpu_check.sh`. What it runs:
 #   1. random bfloat16 weights for each model, drawn on the GPU;
 #   2. benchmarks/decode_step.py on each: transformers' step, the engine's static step and its compiled one
-#      (a CUDA graph) at 1 and 8 rows, and a profiler trace of each on the 0.5B;
-#   3. benchmarks/lm_throughput.py on the 0.5B with the compiled step: tokens/s at 1, 4 and 8 rows and DRAG-shaped
-#      questions per minute at 1 and 8 threads.
+#      (reduce-overhead: meant to be captured as a CUDA graph) at 1 and 8 rows, and a profiler trace of each on the
+#      0.5B;
+#   3. benchmarks/lm_throughput.py on the 0.5B with the engine's step (DECODE: static, or compiled, whose five
+#      buckets take minutes to compile): tokens/s at 1, 4 and 8 rows and DRAG-shaped questions per minute at 1 and 8
+#      threads;
+#   4. benchmarks/continuous_batching.py on the 0.5B: transformers' own continuous batching against the engine.
+# At most eight files come back (the device tool's limit): three profiles, a decode step a shape, two throughputs.
 # A rehearsal on a CPU, to find a broken step before device time is spent on it:
 #   DEVICE=cpu SHAPES=qwen-0.5b SLOW=4 bash benchmarks/gpu_check.sh
 set -euo pipefail
@@ -22,7 +32,7 @@ OUT=${OUT:-runs/gpu-check}
 PYTHON=${PYTHON:-python3}
 MODELS=${MODELS:-gpu}
 DEVICE=${DEVICE:-cuda}
-SHAPES=${SHAPES:-qwen-0.5b qwen-1.5b qwen-7b}
+SHAPES=${SHAPES:-qwen-0.5b qwen-7b}  # qwen-1.5b too where there is time: its step cost the 0.5B's
 SLOW=${SLOW:-1}  # a factor on every time limit
 mkdir -p "$OUT"
 if [ -d .whl ]; then
@@ -32,10 +42,13 @@ fi
 # ragscale's folders as the package they are when installed (pyproject.toml maps them)
 mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/ragscale
 export PYTHONPATH=/tmp/pkg${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if [ -d "$MODELS/data" ]; then export RAGSCALE_DATA_DIR=$MODELS/data; fi
 if [ "$DEVICE" = cuda ]; then
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 fi
+first=${SHAPES%% *}
 for m in $SHAPES; do
+  if [ ! -f "$MODELS/$m/tokenizer.json" ]; then cp "$MODELS/$first/tokenizer.json" "$MODELS/$m/"; fi
   timeout $((150 * SLOW)) $PYTHON benchmarks/random_model.py build "$MODELS/$m" --device "$DEVICE"
 done
 for m in $SHAPES; do
@@ -44,5 +57,7 @@ for m in $SHAPES; do
   timeout $((120 * SLOW)) $PYTHON benchmarks/decode_step.py --model "$MODELS/$m" --device "$DEVICE" --rows 1,8 \
     --repeat 32 "${profile[@]}" --json "$OUT/decode-step-${m#qwen-}.json"
 done
-RAGSCALE_DECODE=compiled timeout $((150 * SLOW)) $PYTHON benchmarks/lm_throughput.py --model "$MODELS/qwen-0.5b" \
+RAGSCALE_DECODE=${DECODE:-static} timeout $((150 * SLOW)) $PYTHON benchmarks/lm_throughput.py --model "$MODELS/qwen-0.5b" \
   --layouts '' --limit 16 --json "$OUT/lm-throughput-0.5b.json"
+timeout $((180 * SLOW)) $PYTHON benchmarks/continuous_batching.py --model "$MODELS/qwen-0.5b" --device "$DEVICE" \
+  --limit 8 --max-batch-tokens 512,2048 --json "$OUT/continuous-batching-0.5b.json"

@@ -21,6 +21,7 @@ default), is refused by :func:`supports` and keeps transformers' forward.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from typing import Any
@@ -153,7 +154,8 @@ class DecodeStep(torch.nn.Module):
     ``compile=True`` runs it through ``torch.compile`` with freezing: the weights become constants. On a CPU
     with max-autotune, so inductor can pick its own matrix-product kernels for them (its C++ template for int8
     weights), one compiled graph per row count serving every buffer size (marked dynamic); on a GPU with
-    ``reduce-overhead``, which captures the step as a CUDA graph (not yet measured: no GPU was at hand).
+    ``reduce-overhead``, meant to capture the step as a CUDA graph; inductor skips the capture there, since the KV
+    buffers the step writes are the graph's inputs, new for every batch, so the step runs fused kernel by kernel.
     """
 
     def __init__(self, model: Any, *, compile: bool = False) -> None:
@@ -178,9 +180,11 @@ class DecodeStep(torch.nn.Module):
         self.register_buffer("sin", (table.sin() * rotary.attention_scaling).to(model.dtype), persistent=False)
         # each step's graphs (one per bucket) are its own, its weights being their constants: isolated, so that
         # the engines of one process do not share the forward function's limit of graphs
-        isolated = {"dynamic": False, "isolate_recompiles": True, "recompile_limit": 2 * len(BUCKETS)}
+        isolated: dict[str, Any] = {"dynamic": False}
+        if "isolate_recompiles" in inspect.signature(torch.compile).parameters:  # torch < 2.13 shares one limit
+            isolated.update(isolate_recompiles=True, recompile_limit=2 * len(BUCKETS))
         self.compiled = None
-        if compile and model.device.type == "cuda":  # the step captured as a CUDA graph, replayed every step
+        if compile and model.device.type == "cuda":  # fused; a CUDA graph only once the KV buffers stay put
             self.compiled = torch.compile(self, mode="reduce-overhead", **isolated)
         elif compile:
             self.compiled = torch.compile(self, options={"max_autotune": True}, **isolated)
