@@ -10,7 +10,9 @@ row. The ways:
 
 - ``hf``: transformers' forward pass, what the engine ran before its own step;
 - ``static``: the engine's decode step (``programs/lm/step.py``), eager;
-- ``compiled``: the same step through ``torch.compile`` (the engine's default where it pays).
+- ``compiled``: the same step through ``torch.compile`` (the engine's default on a CPU where it pays);
+- ``static-nograph``, ``compiled-nograph``: on a GPU, the step launched kernel by kernel, not replayed as a CUDA
+  graph (``programs/lm/graphs.py``) as the engine runs it there.
 
 ``--profile DIR`` also records torch's profiler over a few one-row steps of each way, writes each as a Chrome
 trace (``DIR/<way>.json``, open it in Perfetto or ``chrome://tracing``) and prints the operators that take the
@@ -26,7 +28,7 @@ from datetime import date
 from pathlib import Path
 
 ROWS = (1, 2, 4, 8)
-WAYS = ("hf", "static", "compiled")
+WAYS = ("hf", "static", "compiled", "static-nograph", "compiled-nograph")
 
 
 def prefix_cache(model, rows: int, length: int, room: int):
@@ -46,7 +48,8 @@ def stepper(model, way: str):
     engine's ``Decoder``, told to take that way at every row count."""
     from ragscale.programs.lm.step import BUCKETS, Decoder
 
-    decoder = Decoder(model, way)
+    bare = way.removesuffix("-nograph")
+    decoder = Decoder(model, bare, graphs=False if bare != way else None)
     decoder.max_rows, decoder.wanted, decoder.buckets = BUCKETS[-1], list(BUCKETS), list(BUCKETS)
 
     def run(cache, feed, positions, mask):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The engine's figures on a lent GPU in one run of about 9 minutes (steps 1 and 2 took 2 minutes a shape on an
-# H200), written as JSON under $OUT.
+# The engine's figures on a lent GPU in one run of about 5 minutes on an H100 (the compiled step's two buckets
+# about 40 s each of it), written as JSON under $OUT.
 #
 # The packaged weights cannot travel (64 MiB), so the models are built there with random weights from configs and
 # tokenizers exported here, where the weights are (about 11 MiB each):
@@ -16,15 +16,18 @@
 # jsonschema-specifications referencing rpds-py orjson pydantic pydantic_core annotated-types typing-inspection dill
 # transformers tokenizers typing_extensions, 21 MiB; the image's torch, 2.11, stays), run
 # `bash benchmarks/gpu_check.sh`. What it runs:
+#   0. the GPU tests (tests/programs/lm/test_step_cuda.py: the step replayed as CUDA graphs gives the eager step's
+#      logits, which are transformers');
 #   1. random bfloat16 weights for each model, drawn on the GPU;
-#   2. benchmarks/decode_step.py on each: transformers' step, the engine's static step and its compiled one
-#      (reduce-overhead: meant to be captured as a CUDA graph) at 1 and 8 rows, and a profiler trace of each on the
-#      0.5B;
-#   3. benchmarks/lm_throughput.py on the 0.5B with the engine's step (DECODE: static, or compiled, whose five
-#      buckets take minutes to compile): tokens/s at 1, 4 and 8 rows and DRAG-shaped questions per minute at 1 and 8
-#      threads;
-#   4. benchmarks/continuous_batching.py on the 0.5B: transformers' own continuous batching against the engine.
-# At most eight files come back (the device tool's limit): three profiles, a decode step a shape, two throughputs.
+#   2. benchmarks/decode_step.py on each: transformers' step, the engine's static step launched kernel by kernel
+#      and replayed as CUDA graphs, and on the 0.5B its compiled step replayed (whose buckets take about 40 s each
+#      to compile), at 1 and 8 rows, with a profiler trace of each way on the 0.5B;
+#   3. benchmarks/lm_throughput.py on the 0.5B: the engine's tokens/s with transformers' step and with its own, side
+#      by side, then with its default (DECODE, else auto) tokens/s at 1, 4 and 8 rows and questions per minute at 1
+#      and 8 threads;
+#   4. with CONTINUOUS=1, benchmarks/continuous_batching.py on the 0.5B: transformers' own continuous batching
+#      against the engine.
+# At most eight files come back (the device tool's limit): four profiles, a decode step a shape, a throughput.
 # A rehearsal on a CPU, to find a broken step before device time is spent on it:
 #   DEVICE=cpu SHAPES=qwen-0.5b SLOW=4 bash benchmarks/gpu_check.sh
 set -euo pipefail
@@ -45,6 +48,8 @@ export PYTHONPATH=/tmp/pkg${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if [ -d "$MODELS/data" ]; then export RAGSCALE_DATA_DIR=$MODELS/data; fi
 if [ "$DEVICE" = cuda ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  timeout $((240 * SLOW)) $PYTHON -m pytest -q -p no:cacheprovider tests/programs/lm/test_step_cuda.py \
+    || echo "THE GPU TESTS FAILED"
 fi
 first=${SHAPES%% *}
 for m in $SHAPES; do
@@ -52,12 +57,16 @@ for m in $SHAPES; do
   timeout $((150 * SLOW)) $PYTHON benchmarks/random_model.py build "$MODELS/$m" --device "$DEVICE"
 done
 for m in $SHAPES; do
-  profile=()
-  if [ "$m" = qwen-0.5b ]; then profile=(--profile "$OUT/profile"); fi
-  timeout $((120 * SLOW)) $PYTHON benchmarks/decode_step.py --model "$MODELS/$m" --device "$DEVICE" --rows 1,8 \
-    --repeat 32 "${profile[@]}" --json "$OUT/decode-step-${m#qwen-}.json"
+  extra=() steps=hf,static-nograph,static
+  if [ "$m" = qwen-0.5b ]; then extra=(--profile "$OUT/profile") steps=$steps,compiled; fi
+  timeout $((150 * SLOW)) $PYTHON benchmarks/decode_step.py --model "$MODELS/$m" --device "$DEVICE" --rows 1,8 \
+    --steps "$steps" --repeat 32 "${extra[@]}" --json "$OUT/decode-step-${m#qwen-}.json"
 done
-RAGSCALE_DECODE=${DECODE:-static} timeout $((150 * SLOW)) $PYTHON benchmarks/lm_throughput.py --model "$MODELS/qwen-0.5b" \
-  --layouts '' --limit 16 --json "$OUT/lm-throughput-0.5b.json"
-timeout $((180 * SLOW)) $PYTHON benchmarks/continuous_batching.py --model "$MODELS/qwen-0.5b" --device "$DEVICE" \
-  --limit 8 --max-batch-tokens 512,2048 --json "$OUT/continuous-batching-0.5b.json"
+layout=$([ "$DEVICE" = cuda ] && echo dense || echo fp32)
+RAGSCALE_DECODE=${DECODE:-auto} timeout $((200 * SLOW)) $PYTHON benchmarks/lm_throughput.py \
+  --model "$MODELS/qwen-0.5b" --weights "$layout" --layouts "$layout:hf,$layout:static" --limit 16 \
+  --json "$OUT/lm-throughput-0.5b.json"
+if [ "${CONTINUOUS:-0}" = 1 ]; then
+  timeout $((180 * SLOW)) $PYTHON benchmarks/continuous_batching.py --model "$MODELS/qwen-0.5b" --device "$DEVICE" \
+    --limit 8 --max-batch-tokens 512,2048 --json "$OUT/continuous-batching-0.5b.json"
+fi

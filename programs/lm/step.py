@@ -154,8 +154,8 @@ class DecodeStep(torch.nn.Module):
     ``compile=True`` runs it through ``torch.compile`` with freezing: the weights become constants. On a CPU
     with max-autotune, so inductor can pick its own matrix-product kernels for them (its C++ template for int8
     weights), one compiled graph per row count serving every buffer size (marked dynamic); on a GPU with
-    ``reduce-overhead``, meant to capture the step as a CUDA graph; inductor skips the capture there, since the KV
-    buffers the step writes are the graph's inputs, new for every batch, so the step runs fused kernel by kernel.
+    inductor's default kernels (:class:`Decoder` replays it as CUDA graphs; inductor's own, ``reduce-overhead``,
+    are skipped for a step that writes into its inputs, the KV buffers).
     """
 
     def __init__(self, model: Any, *, compile: bool = False) -> None:
@@ -184,8 +184,8 @@ class DecodeStep(torch.nn.Module):
         if "isolate_recompiles" in inspect.signature(torch.compile).parameters:  # torch < 2.13 shares one limit
             isolated.update(isolate_recompiles=True, recompile_limit=2 * len(BUCKETS))
         self.compiled = None
-        if compile and model.device.type == "cuda":  # fused; a CUDA graph only once the KV buffers stay put
-            self.compiled = torch.compile(self, mode="reduce-overhead", **isolated)
+        if compile and model.device.type == "cuda":
+            self.compiled = torch.compile(self, **isolated)
         elif compile:
             self.compiled = torch.compile(self, options={"max_autotune": True}, **isolated)
 
@@ -273,7 +273,9 @@ def pick_way(model: Any, asked: str = "auto") -> tuple[str, int]:
     ``auto`` compiles the step on a CPU whose layout has int8 decode weights (``int8``, ``int8-bf16``), up to
     ``layouts.DECODE_ROWS`` rows: there inductor's int8 kernel reads the weights at the memory's speed, where
     torch's eager kernel is bound by its arithmetic; at more rows the layout's bfloat16 or float32 weights are
-    faster and transformers' forward uses them. Elsewhere (other layouts, a GPU) ``auto`` is ``hf``.
+    faster and transformers' forward uses them. On a GPU ``auto`` is ``static``, replayed as CUDA graphs: the
+    step is bound by the host's launches there, and a graph launches its kernels at once, with no minutes of
+    compiling. Elsewhere (other layouts on a CPU) ``auto`` is ``hf``.
     """
     if asked not in DECODE_WAYS:
         raise ValueError(f"unknown decode way {asked!r}; valid choices: {', '.join(DECODE_WAYS)}")
@@ -281,7 +283,11 @@ def pick_way(model: Any, asked: str = "auto") -> tuple[str, int]:
 
     int8 = getattr(model, "weight_layout", None) in ("int8", "int8-bf16")
     if asked == "auto":
-        asked = "compiled" if model.device.type == "cpu" and int8 and supports(model) is None else "hf"
+        fits = supports(model) is None
+        if model.device.type == "cuda":
+            asked = "static" if fits else "hf"
+        else:
+            asked = "compiled" if int8 and fits else "hf"
     if asked != "hf" and supports(model) is not None:
         raise ValueError(f"decode way {asked!r}: {supports(model)}")
     return asked, (DECODE_ROWS if int8 and model.device.type == "cpu" else BUCKETS[-1])
@@ -293,13 +299,23 @@ class Decoder:
     ``decoder(feed, mask, positions, cache)`` takes what transformers' forward takes (``(rows, 1)`` tokens and
     positions, the ``(rows, width)`` attention mask with the new column, a cache of ``kv.BufferLayer``) and returns
     the ``(rows, vocabulary)`` logits, having written the step's keys and values. A compiled step that fails to
-    compile is logged and replaced by transformers' forward for the rest of the engine's life.
+    compile is logged and replaced by transformers' forward for the rest of the engine's life. ``graphs`` (the
+    default on a GPU): the step, compiled or not, is replayed as a CUDA graph per batch (``graphs.StepGraphs``).
     """
 
-    def __init__(self, model: Any, way: str = "auto") -> None:
+    def __init__(self, model: Any, way: str = "auto", *, graphs: bool | None = None) -> None:
         self.model = model
         self.way, self.max_rows = pick_way(model, way)
         self.step = DecodeStep(model, compile=self.way == "compiled") if self.way != "hf" else None
+        if graphs is None:
+            graphs = model.device.type == "cuda"
+        if graphs and model.device.type != "cuda":
+            raise ValueError(f"CUDA graphs replay on a GPU; this model is on {model.device}")
+        self.graphs = None
+        if graphs and self.step is not None:
+            from ragscale.programs.lm.graphs import StepGraphs
+
+            self.graphs = StepGraphs(self.step.step)
         self.wanted = [b for b in BUCKETS if b <= self.max_rows]  # the buckets to compile
         self.buckets = list(self.wanted)
         self.prepared = False
@@ -349,6 +365,8 @@ class Decoder:
                 self._compiled.append(rows)
         self.buckets, self.max_rows = list(self._compiled), max(self._compiled, default=0)
         self.prepared, self._short = not short, short
+        if self.graphs is not None:  # recorded over the warm-up's buffers, which are gone
+            self.graphs.clear()
         if len(self._compiled) > before:
             logger.info("compiled the decode step for %s rows in %.0f s", self._compiled, time.perf_counter() - began)
 
@@ -378,12 +396,12 @@ class Decoder:
         values = [layer._values for layer in cache.layers]
         column = torch.tensor([length], device=mask.device)
         try:
-            logits = self.step.step(tokens, where, keys, values, column, attend)[:rows]
+            logits = (self.graphs or self.step.step)(tokens, where, keys, values, column, attend)[:rows]
         except Exception:
             if self.step.compiled is None:
                 raise
             logger.exception("the compiled decode step failed; decoding with transformers' forward from now on")
-            self.step = None
+            self.step = self.graphs = None
             return self.forward(feed, mask, positions, cache)
         for layer in cache.layers:
             layer.grow(length + 1)

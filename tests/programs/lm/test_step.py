@@ -160,3 +160,8 @@ def test_buckets_are_compiled_only_while_the_weights_copy_leaves_memory_free(mon
     decoder.prepare()  # what the engine's worker does whenever it goes from idle to busy
     assert decoder.buckets == [1] and decoder.max_rows == 1 and not decoder.prepared
     assert "not compiled for 2 or more rows" in caplog.text
+
+
+def test_cuda_graphs_are_refused_on_a_cpu(model):
+    with pytest.raises(ValueError, match="CUDA graphs replay on a GPU; this model is on cpu"):
+        Decoder(model, "static", graphs=True)
