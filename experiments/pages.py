@@ -10,8 +10,8 @@ result comes from, followed by the text it writes and a closing comment::
     <!--/-->
 
 or inline: ``RAG answers <!--= em methods-hotpotqa-qwen2.5-coder-0.5b rag-none -->23.0<!--/--> EM``. Each
-directive names a published folder under ``benchmarks/results/`` (``published.py``) and reads only its files, every
-score re-derived from the per-question records:
+directive names a published folder under ``benchmarks/results/`` (``published.py``; or a folder of cells, last in
+this list) and reads only its files, every score re-derived from the per-question records:
 
 - ``table FOLDER BASELINE``: the folder's comparison table (``published.table``);
 - ``em``, ``f1``, ``acc``, ``recall``, ``context``, ``calls``, ``n`` ``FOLDER RUN``: one run's score;
@@ -35,7 +35,12 @@ score re-derived from the per-question records:
   (their Figure 1, kept in ``PAPER`` with its source), for scale;
 - ``made FOLDER``: the date and machine (CPU model and code-path flags) the folder's runs were made on, each with
   its runs where they were made on several;
-- ``command FOLDER``: the command that made them, as code.
+- ``command FOLDER``: the command that made them, as code;
+- ``cells FOLDER BASELINE``: a folder of a methods benchmark's cells instead (``benchmarks/cells.py``: one JSON a
+  cell, its run's summary and each question's EM, F1 and Acc, no answers), as a table against the cell named
+  ``BASELINE``: EM, F1, Acc and their differences made again from the per-question scores, the rest the summary's;
+  ``compiled FOLDER``: each method's compiled cells against its uncompiled one, EM and F1, the EM differences one
+  family. The score kinds, ``share``, ``mean`` and ``diff`` read a folder of cells as they read a published one.
 
 ``render`` rewrites the text of every directive of a page; ``python benchmarks/pages.py`` rewrites ``PAGES`` in
 place, and ``tests/test_pages.py`` checks that each page is what ``render`` gives and that no result-shaped number
@@ -45,6 +50,7 @@ place, and ``tests/test_pages.py`` checks that each page is what ``render`` give
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from functools import cache
@@ -56,7 +62,7 @@ PAPER = RESULTS / "paper-yue2024.json"
 """The numbers Yue et al. 2024 report, with where they were read from."""
 PAGES = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md")
 """The pages whose directives ``benchmarks/pages.py`` renders and ``tests/test_pages.py`` checks."""
-WRITTEN = ("README.md", "docs/results.md")
+WRITTEN = ("README.md", "docs/results.md", "docs/methods.md")
 """The pages on which every result-shaped number is a directive's."""
 
 DIRECTIVE = re.compile(r"<!--= (?P<expr>[^>]*?) -->(?P<text>.*?)<!--/-->", re.S)
@@ -81,9 +87,60 @@ class DirectiveError(ValueError):
 
 @cache
 def _compared(folder: str, baseline: str) -> dict:
+    """Each run by name, the baseline first, with its EM against the baseline's (``ci``), as its table pairs it."""
+    if _is_cells(folder):
+        _scores(folder, baseline)  # a baseline it lacks: an error naming its runs
+        others = [name for name in _cells(folder) if name != baseline]
+        cis = _differences(folder, tuple((name, baseline) for name in others))
+        return {baseline: {"ci": None}} | {name: {"ci": ci} for name, ci in zip(others, cis, strict=True)}
     from ragscale.experiments.published import compared
 
     return compared(RESULTS / folder, baseline)
+
+
+def _is_cells(folder: str) -> bool:
+    """Whether ``folder`` holds a methods benchmark's cells (``benchmarks/cells.py``) rather than published runs."""
+    from ragscale.experiments.published import MANIFEST
+
+    return not (RESULTS / folder / MANIFEST).is_file()
+
+
+@cache
+def _cells(folder: str) -> dict[str, dict]:
+    """A folder of cells by name (``<row>-<optimizer>``), in its table's order (each method as registered,
+    uncompiled first, then the oracle rows), each cell's EM, F1, Acc and n made again from its per-question scores."""
+    from ragscale.programs import PROGRAMS
+
+    cells = {}
+    for path in sorted((RESULTS / folder).glob("*.json")):
+        cell = json.loads(path.read_text(encoding="utf-8"))
+        name, scores = f"{cell['row']}-{cell['optimizer']}", list(cell["scores"].values())
+        if name in cells:
+            raise DirectiveError(f"{folder}: two cells named {name!r}; a folder of cells holds one dataset's table")
+        means = {k: round(100 * sum(s[k] for s in scores) / len(scores), 2) for k in ("em", "f1", "acc")}
+        cells[name] = {**cell, **means, "n": len(scores)}
+    if not cells:
+        raise DirectiveError(f"{folder}: no cells (*.json) and no manifest")
+    order = list(PROGRAMS)
+
+    def place(name: str) -> tuple:
+        row = cells[name]["row"]
+        return row not in order, order.index(row) if row in order else 0, cells[name]["optimizer"] != "none", name
+
+    return {name: cells[name] for name in sorted(cells, key=place)}
+
+
+@cache
+def _differences(folder: str, pairs: tuple[tuple[str, str], ...], score: str = "em") -> list:
+    """``score`` of each pair of cells ``(a, b)`` of a folder of cells, a - b in points paired over their questions
+    (``compare.paired_bootstrap``), adjusted as one family (``family.adjust``)."""
+    from ragscale.experiments import family
+    from ragscale.experiments.compare import paired_bootstrap
+
+    def points(name: str) -> dict[str, float]:
+        return {i: 100 * s[score] for i, s in _scores(folder, name)["scores"].items()}
+
+    return family.adjust([paired_bootstrap(points(a), points(b)) for a, b in pairs])
 
 
 @cache
@@ -109,12 +166,13 @@ def _graded(folder: str) -> dict[str, dict]:
 
 @cache
 def _scores(folder: str, run: str) -> dict:
+    """One run's scores: re-derived from its records (``evaluate.record_scores``), or a cell's (``_cells``)."""
     from ragscale.experiments.evaluate import record_scores
 
-    records = _loaded(folder)[1]
-    if run not in records:
-        raise DirectiveError(f"{folder}: no run named {run!r}; its runs: {', '.join(records)}")
-    return record_scores(records[run])
+    runs = _cells(folder) if _is_cells(folder) else _loaded(folder)[1]
+    if run not in runs:
+        raise DirectiveError(f"{folder}: no run named {run!r}; its runs: {', '.join(runs)}")
+    return runs[run] if _is_cells(folder) else record_scores(runs[run])
 
 
 def value(expr: str) -> str:
@@ -136,8 +194,6 @@ def value(expr: str) -> str:
             raise DirectiveError(f"{path}: no one summary line (' to run, ') in it")
         return found[0]
     if kind == "paper" and len(args) == 2:
-        import json
-
         reported = json.loads(PAPER.read_text(encoding="utf-8"))["acc"]
         if args[0] not in reported or args[1] not in reported[args[0]]:
             raise DirectiveError(f"{PAPER.name} has no {args[1]!r} on {args[0]!r}; it has {reported}")
@@ -153,7 +209,7 @@ def value(expr: str) -> str:
         return "\n\n" + core_claims.table(folders, [label for label, _, _ in labelled]) + "\n\n"
     arity = {
         "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "grader": 3, "diff": 3, "qpm": 2, "seconds": 3,
-        "share": 3, "mean": 3, "made": 1, "command": 1,
+        "share": 3, "mean": 3, "made": 1, "command": 1, "cells": 2, "compiled": 1,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
@@ -163,6 +219,13 @@ def value(expr: str) -> str:
         raise DirectiveError(f"{kind} takes {arity[kind]} argument(s), got {args}")
     if not (RESULTS / args[0]).is_dir():
         raise DirectiveError(f"no folder {args[0]!r} under {RESULTS}")
+    if _is_cells(args[0]) != (kind in ("cells", "compiled")) and kind not in (*SCORES, "share", "mean", "diff"):
+        what = "a folder of cells" if _is_cells(args[0]) else "a published folder"
+        raise DirectiveError(f"{kind} does not read {args[0]}, {what}")
+    if kind == "cells":
+        return "\n\n" + _cells_table(*args) + "\n\n"
+    if kind == "compiled":
+        return "\n\n" + _compiled_table(args[0]) + "\n\n"
     if kind == "table":
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
     if kind == "behaviour":
@@ -200,13 +263,50 @@ def value(expr: str) -> str:
 
         manifest = load_manifest(RESULTS / args[0])  # a method table's or a sweep's
         return f"`{manifest['command']}`" if kind == "command" else _made(manifest)
-    manifest = _loaded(args[0])[0]
     if kind == "qpm":
-        return f"{manifest['runs'][args[1]]['metrics']['questions_per_minute']:.1f}"
+        return f"{_loaded(args[0])[0]['runs'][args[1]]['metrics']['questions_per_minute']:.1f}"
     if kind == "seconds":
-        return f"{manifest['runs'][args[1]]['metrics'][args[2]]:,.0f}"
+        return f"{_loaded(args[0])[0]['runs'][args[1]]['metrics'][args[2]]:,.0f}"
     key, fmt = SCORES[kind]
     return fmt.format(_scores(*args)[key])
+
+
+def _cells_table(folder: str, baseline: str) -> str:
+    """A folder of cells as a table against the cell named ``baseline`` (see the module docstring)."""
+    from ragscale.experiments.compare import format_behaviour, format_ci
+
+    lines = [
+        "| method | optimizer | n | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q "
+        "| effective context / q | q / min | compile s | behaviour |",
+        "|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for name, run in _compared(folder, baseline).items():
+        cell = _scores(folder, name)
+        shown = {kind: "" if cell[key] is None else fmt.format(cell[key]) for kind, (key, fmt) in SCORES.items()}
+        cells = [cell["row"], cell["optimizer"], shown["n"], shown["em"], format_ci(run["ci"], name == baseline),
+                 shown["f1"], shown["acc"], shown["recall"], shown["calls"], shown["context"],
+                 f"{cell['questions_per_minute']:.1f}", f"{cell['compile_s']:,.0f}",
+                 format_behaviour(cell["behaviour"])]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _compiled_table(folder: str) -> str:
+    """Each method's compiled cells of a folder of cells against its uncompiled one: EM, whose differences are one
+    family, and F1, shown beside it."""
+    from ragscale.experiments.compare import format_ci
+
+    cells = _cells(folder)
+    pairs = tuple(
+        (name, f"{cell['row']}-none")
+        for name, cell in cells.items()
+        if cell["optimizer"] != "none" and f"{cell['row']}-none" in cells
+    )
+    lines = ["| method | optimizer | dEM [95% CI] | dF1 [95% CI] |", "|---|---|---|---|"]
+    for (name, _), em, f1 in zip(pairs, _differences(folder, pairs), _differences(folder, pairs, "f1"), strict=True):
+        cell = cells[name]
+        lines.append(f"| {cell['row']} | {cell['optimizer']} | {format_ci(em)} | {format_ci(f1, mark=False)} |")
+    return "\n".join(lines)
 
 
 def _made(manifest: dict) -> str:
