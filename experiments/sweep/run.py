@@ -184,10 +184,10 @@ class TimeLimitError(Exception):
 
 class _Stopper(BaseCallback):
     """A DSPy callback that ends the sweep's runs in flight once the sweep is stopped: their next module or LM call
-    raises what stopped it (a copy of the Ctrl-C or SIGTERM, or ``Stopped`` at the time limit), so each run ends
-    KILLED with what it finished kept, as a run stopped alone does. It rides in ``dspy.context``, so it reaches the
-    threads that answer a run's questions. What it raises is a ``BaseException``: DSPy logs and drops an
-    ``Exception`` raised by a callback."""
+    raises what stopped it (a copy of the Ctrl-C or SIGTERM, else ``Stopped`` saying why: the time limit, or an error
+    that stopped the sweep), so each run ends KILLED with what it finished kept, as a run stopped alone does. It rides
+    in ``dspy.context``, so it reaches the threads that answer a run's questions. What it raises is a
+    ``BaseException``: DSPy logs and drops an ``Exception`` raised by a callback."""
 
     def __init__(self):
         super().__init__()
@@ -196,7 +196,11 @@ class _Stopper(BaseCallback):
     def _check(self) -> None:
         reason = self.reason
         if reason is not None:
-            raise type(reason)(*reason.args) if interrupted(reason) else Stopped(f"the sweep stopped: {reason}")
+            if interrupted(reason):
+                raise type(reason)(*reason.args)
+            if isinstance(reason, TimeLimitError):
+                raise Stopped(str(reason))
+            raise Stopped(f"the sweep stopped: {type(reason).__name__}: {reason}")
 
     def on_module_start(self, call_id, instance, inputs) -> None:
         self._check()
@@ -324,8 +328,8 @@ def _oracle_rows(
                     config, lm=got.lm, retriever=retriever, examples=(got.train, got.evalset), parent_run_id=parent,
                     progress=progress, check_context=True,
                 )  # fmt: skip
-            except Stopped:  # the time limit: the caller counts it stopped, not failed
-                report("  ended at the time limit")
+            except Stopped as exc:  # the time limit: the caller counts it stopped, not failed
+                report(f"  ended, {exc}")
                 failed.append(key)
                 break
             except Exception as exc:  # like a configuration: reported, retried by a rerun, the sweep goes on
@@ -438,7 +442,7 @@ def run_sweep(
     stopped: list[str] = []
     timer = None
     if stop_after is not None:
-        reason = TimeLimitError(f"{stop_after:.0f} s passed")
+        reason = TimeLimitError(f"the time limit of {stop_after:.0f} s passed")
         timer = threading.Timer(max(0.0, began + stop_after - time.monotonic()), setattr, (stopper, "reason", reason))
         timer.daemon = True
         timer.start()
@@ -541,9 +545,9 @@ def run_sweep(
                     report(f"{name}: skipped, does not fit: {exc}")
                     failed.append(item.key)
                 return
-            except Stopped:  # the time limit: its run is KILLED with its finished questions, which a rerun keeps
+            except Stopped as exc:  # the time limit: its run is KILLED with its finished questions, which a rerun keeps
                 with shared:
-                    report(f"{name}: ended at the time limit, its finished questions kept for a rerun")
+                    report(f"{name}: ended, {exc}; its finished questions kept for a rerun")
                     stopped.append(item.key)
                 return
             except Exception as exc:  # one configuration failing does not stop the sweep; a rerun retries it

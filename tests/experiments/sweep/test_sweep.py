@@ -395,7 +395,7 @@ def test_the_time_limit_ends_the_configuration_in_flight_and_a_rerun_resumes_it(
         def complete(self, request):
             if self.calls == 0:
                 stopper = next(c for c in dspy.settings.get("callbacks", []) if hasattr(c, "reason"))
-                stopper.reason = TimeLimitError("1 s passed")
+                stopper.reason = TimeLimitError("the time limit of 1 s passed")
             return super().complete(request)
 
     golds = {ex.question: ex.answers[0] for split in examples for ex in split}
@@ -406,7 +406,8 @@ def test_the_time_limit_ends_the_configuration_in_flight_and_a_rerun_resumes_it(
     common = dict(examples=examples, progress=False, speed=SPEED)
     stopped = run_sweep(grid, base, lm=lm, stop_after=3600.0, report=reports.append, **common)
     assert stopped.ran == [] and stopped.failed == [] and len(stopped.stopped) == 1
-    assert any("ended at the time limit" in line for line in reports)  # not run to its end, as DSPy would let it
+    # not run to its end, as DSPy would let it, and the report says why
+    assert any("ended, the time limit of 1 s passed" in line for line in reports)
     [killed] = tracking.finished_runs(base.runs_dir, statuses=("KILLED",))
     assert len(run_records(base.runs_dir, killed.info.run_id)) == 1  # the question it was answering finished
     rest = run_sweep(grid, base, lm=tokenizer_lm(smollm2_tokenizer, examples), report=lambda _: None, **common)
