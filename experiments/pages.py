@@ -99,48 +99,26 @@ def _compared(folder: str, baseline: str) -> dict:
 
 
 def _is_cells(folder: str) -> bool:
-    """Whether ``folder`` holds a methods benchmark's cells (``benchmarks/cells.py``) rather than published runs."""
-    from ragscale.experiments.published import MANIFEST
+    from ragscale.experiments.cells import is_cells
 
-    return not (RESULTS / folder / MANIFEST).is_file()
+    return is_cells(RESULTS / folder)
 
 
 @cache
 def _cells(folder: str) -> dict[str, dict]:
-    """A folder of cells by name (``<row>-<optimizer>``), in its table's order (each method as registered,
-    uncompiled first, then the oracle rows), each cell's EM, F1, Acc and n made again from its per-question scores."""
-    from ragscale.programs import PROGRAMS
+    from ragscale.experiments.cells import load
 
-    cells = {}
-    for path in sorted((RESULTS / folder).glob("*.json")):
-        cell = json.loads(path.read_text(encoding="utf-8"))
-        name, scores = f"{cell['row']}-{cell['optimizer']}", list(cell["scores"].values())
-        if name in cells:
-            raise DirectiveError(f"{folder}: two cells named {name!r}; a folder of cells holds one dataset's table")
-        means = {k: round(100 * sum(s[k] for s in scores) / len(scores), 2) for k in ("em", "f1", "acc")}
-        cells[name] = {**cell, **means, "n": len(scores)}
-    if not cells:
-        raise DirectiveError(f"{folder}: no cells (*.json) and no manifest")
-    order = list(PROGRAMS)
-
-    def place(name: str) -> tuple:
-        row = cells[name]["row"]
-        return row not in order, order.index(row) if row in order else 0, cells[name]["optimizer"] != "none", name
-
-    return {name: cells[name] for name in sorted(cells, key=place)}
+    try:
+        return load(RESULTS / folder)
+    except ValueError as exc:
+        raise DirectiveError(str(exc)) from exc
 
 
 @cache
-def _differences(folder: str, pairs: tuple[tuple[str, str], ...], score: str = "em") -> list:
-    """``score`` of each pair of cells ``(a, b)`` of a folder of cells, a - b in points paired over their questions
-    (``compare.paired_bootstrap``), adjusted as one family (``family.adjust``)."""
-    from ragscale.experiments import family
-    from ragscale.experiments.compare import paired_bootstrap
+def _differences(folder: str, pairs: tuple[tuple[str, str], ...]) -> list:
+    from ragscale.experiments.cells import differences
 
-    def points(name: str) -> dict[str, float]:
-        return {i: 100 * s[score] for i, s in _scores(folder, name)["scores"].items()}
-
-    return family.adjust([paired_bootstrap(points(a), points(b)) for a, b in pairs])
+    return differences(_cells(folder), pairs)
 
 
 @cache
@@ -223,9 +201,14 @@ def value(expr: str) -> str:
         what = "a folder of cells" if _is_cells(args[0]) else "a published folder"
         raise DirectiveError(f"{kind} does not read {args[0]}, {what}")
     if kind == "cells":
-        return "\n\n" + _cells_table(*args) + "\n\n"
+        from ragscale.experiments.cells import table as cells_table
+
+        cis = {name: run["ci"] for name, run in _compared(*args).items()}
+        return "\n\n" + cells_table(_cells(args[0]), cis, args[1], SCORES) + "\n\n"
     if kind == "compiled":
-        return "\n\n" + _compiled_table(args[0]) + "\n\n"
+        from ragscale.experiments.cells import compiled_table
+
+        return "\n\n" + compiled_table(_cells(args[0])) + "\n\n"
     if kind == "table":
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
     if kind == "behaviour":
@@ -269,44 +252,6 @@ def value(expr: str) -> str:
         return f"{_loaded(args[0])[0]['runs'][args[1]]['metrics'][args[2]]:,.0f}"
     key, fmt = SCORES[kind]
     return fmt.format(_scores(*args)[key])
-
-
-def _cells_table(folder: str, baseline: str) -> str:
-    """A folder of cells as a table against the cell named ``baseline`` (see the module docstring)."""
-    from ragscale.experiments.compare import format_behaviour, format_ci
-
-    lines = [
-        "| method | optimizer | n | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q "
-        "| effective context / q | q / min | compile s | behaviour |",
-        "|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|",
-    ]
-    for name, run in _compared(folder, baseline).items():
-        cell = _scores(folder, name)
-        shown = {kind: "" if cell[key] is None else fmt.format(cell[key]) for kind, (key, fmt) in SCORES.items()}
-        cells = [cell["row"], cell["optimizer"], shown["n"], shown["em"], format_ci(run["ci"], name == baseline),
-                 shown["f1"], shown["acc"], shown["recall"], shown["calls"], shown["context"],
-                 f"{cell['questions_per_minute']:.1f}", f"{cell['compile_s']:,.0f}",
-                 format_behaviour(cell["behaviour"])]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _compiled_table(folder: str) -> str:
-    """Each method's compiled cells of a folder of cells against its uncompiled one: EM, whose differences are one
-    family, and F1, shown beside it."""
-    from ragscale.experiments.compare import format_ci
-
-    cells = _cells(folder)
-    pairs = tuple(
-        (name, f"{cell['row']}-none")
-        for name, cell in cells.items()
-        if cell["optimizer"] != "none" and f"{cell['row']}-none" in cells
-    )
-    lines = ["| method | optimizer | dEM [95% CI] | dF1 [95% CI] |", "|---|---|---|---|"]
-    for (name, _), em, f1 in zip(pairs, _differences(folder, pairs), _differences(folder, pairs, "f1"), strict=True):
-        cell = cells[name]
-        lines.append(f"| {cell['row']} | {cell['optimizer']} | {format_ci(em)} | {format_ci(f1, mark=False)} |")
-    return "\n".join(lines)
 
 
 def _made(manifest: dict) -> str:
