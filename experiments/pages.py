@@ -147,10 +147,11 @@ def _scores(folder: str, run: str) -> dict:
     """One run's scores: re-derived from its records (``evaluate.record_scores``), or a cell's (``_cells``)."""
     from ragscale.experiments.evaluate import record_scores
 
-    runs = _cells(folder) if _is_cells(folder) else _loaded(folder)[1]
+    cells = _is_cells(folder)
+    runs = _cells(folder) if cells else _loaded(folder)[1]
     if run not in runs:
         raise DirectiveError(f"{folder}: no run named {run!r}; its runs: {', '.join(runs)}")
-    return runs[run] if _is_cells(folder) else record_scores(runs[run])
+    return runs[run] if cells else record_scores(runs[run])
 
 
 def value(expr: str) -> str:
@@ -197,8 +198,9 @@ def value(expr: str) -> str:
         raise DirectiveError(f"{kind} takes {arity[kind]} argument(s), got {args}")
     if not (RESULTS / args[0]).is_dir():
         raise DirectiveError(f"no folder {args[0]!r} under {RESULTS}")
-    if _is_cells(args[0]) != (kind in ("cells", "compiled")) and kind not in (*SCORES, "share", "mean", "diff"):
-        what = "a folder of cells" if _is_cells(args[0]) else "a published folder"
+    cells = _is_cells(args[0])
+    if cells != (kind in ("cells", "compiled")) and kind not in (*SCORES, "share", "mean", "diff"):
+        what = "a folder of cells" if cells else "a published folder"
         raise DirectiveError(f"{kind} does not read {args[0]}, {what}")
     if kind == "cells":
         from ragscale.experiments.cells import table as cells_table

@@ -328,7 +328,7 @@ def _oracle_rows(
                     config, lm=got.lm, retriever=retriever, examples=(got.train, got.evalset), parent_run_id=parent,
                     progress=progress, check_context=True,
                 )  # fmt: skip
-            except Stopped as exc:  # the time limit: the caller counts it stopped, not failed
+            except Stopped as exc:  # the time limit, or the sweep stopped: the caller counts it stopped
                 report(f"  ended, {exc}")
                 failed.append(key)
                 break
@@ -545,7 +545,7 @@ def run_sweep(
                     report(f"{name}: skipped, does not fit: {exc}")
                     failed.append(item.key)
                 return
-            except Stopped as exc:  # the time limit: its run is KILLED with its finished questions, which a rerun keeps
+            except Stopped as exc:  # the sweep stopped: its run is KILLED, its finished questions kept for a rerun
                 with shared:
                     report(f"{name}: ended, {exc}; its finished questions kept for a rerun")
                     stopped.append(item.key)
