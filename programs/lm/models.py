@@ -213,6 +213,10 @@ def load_model(
     model = model.to(device).eval()
     model.requires_grad_(False)
     model.weight_layout = apply_layout(model, weights)
+    if device == "cpu":
+        from ragscale.programs.lm.attention import use_split_attention
+
+        use_split_attention(model)  # prefill after cached keys: the causal half skipped, no copied key heads
     logger.info("%s: linear layers in the %s layout", name, model.weight_layout)
     if not getattr(tokenizer, "chat_template", None):
         logger.info("%s has no chat template; using the plain User:/Assistant: template", name)
