@@ -16,11 +16,13 @@ which is exact up to float rounding. The attention is registered with transforme
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
 
 NAME = "ragscale"
+_causal: list[weakref.ref] = []  # the last mask found to be causal after cached keys: every layer of a pass gets it
 
 
 def causal_after(past: int, n: int, device: Any = None) -> torch.Tensor:
@@ -57,7 +59,12 @@ def _splits(query: torch.Tensor, key: torch.Tensor, mask: Any, dropout: float, k
         return False
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != (1, 1, n, keys):
         return False
-    return torch.equal(mask[0, 0], causal_after(keys - n, n))
+    if _causal and _causal[0]() is mask:  # checked at this pass's first layer
+        return True
+    if not torch.equal(mask[0, 0], causal_after(keys - n, n)):
+        return False
+    _causal[:] = [weakref.ref(mask)]
+    return True
 
 
 def ragscale_attention(

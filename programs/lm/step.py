@@ -44,7 +44,9 @@ def supports(model: Any) -> str | None:
         return f"rope type {rope!r} (only the default rotary embedding is implemented)"
     if getattr(config, "use_sliding_window", False):
         return "sliding-window attention"
-    if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager", "ragscale"):
+    from ragscale.programs.lm.attention import NAME
+
+    if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager", NAME):
         return f"attention implementation {config._attn_implementation!r}"
     return None
 

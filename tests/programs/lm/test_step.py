@@ -102,8 +102,8 @@ def test_a_model_of_another_architecture_is_refused_with_the_reason():
 
 def test_the_compiled_step_gives_the_static_steps_tokens(monkeypatch):
     """Compiled with freezing (int8 weights as constants, inductor's own int8 kernel): the same greedy tokens and
-    logits within bfloat16's rounding, at one row and at three, both padded to the one bucket compiled (compiling
-    a bucket takes about a minute on two cores; the engine's worker compiles 1, 2 and 4 rows alike)."""
+    logits within bfloat16's rounding, at one row and at three, both padded to the one bucket compiled (each bucket
+    is a compile of its own, the slowest part of this test; the engine's worker compiles 1, 2 and 4 rows alike)."""
     import ragscale.programs.lm.step as step
 
     monkeypatch.setattr(step, "memory", lambda: (2**40, 2**40))  # room for every bucket, whatever else runs here
