@@ -22,13 +22,11 @@ PREFIX, CHUNK = 128, 512
 def prefill(model, ids: list[int], prefix: int, chunk: int | None):
     """The logits of every position after ``prefix`` and the seconds their passes took."""
     import torch
-    from transformers import DynamicCache
 
-    from ragscale.programs.lm.kv import BufferLayer
+    from ragscale.programs.lm.kv import buffer_cache
     from ragscale.programs.lm.step import model_logits
 
-    cache = DynamicCache(config=model.config)
-    cache.layers = [BufferLayer(1, len(ids)) for _ in range(model.config.num_hidden_layers)]
+    cache = buffer_cache(model, 1, len(ids))
 
     def run(a: int, b: int):
         ones = torch.ones((1, b), dtype=torch.long)
