@@ -10,6 +10,8 @@ never its name, so a new method is one file and one line in the registry:
   ``max_iterations``, and a sweep varies n for it.
 - ``demo_documents``: whether its compiled demonstrations carry the documents retrieved for their own questions
   (DRAG, IterDRAG) or are question -> answer pairs (RAG, whose demonstrations are the paper's many-shot QA).
+- ``without_demos``: the method whose program this one is when it has no demonstrations (DRAG's is RAG's: they
+  differ only in what a demonstration carries), or none; a sweep then runs that one's zero-shot points for both.
 - ``max_documents()``: the most documents each predictor can see in one call, and ``max_list_items()``: the most
   entries a list input (follow-ups so far) holds; the context-window check formats the longest prompt from both.
 - ``behaviour(question, prediction)``: what the method's defining step did on one question (``programs.behaviour``).
@@ -36,6 +38,7 @@ class Method(dspy.Module):
     retrieves: ClassVar[bool] = True
     iterates: ClassVar[bool] = False
     demo_documents: ClassVar[bool] = True
+    without_demos: ClassVar[str | None] = None
 
     retriever = None
     k: int = 0

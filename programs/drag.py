@@ -19,3 +19,4 @@ class DRAG(RAG):
 
     name = "drag"
     demo_documents = True  # each demonstration keeps the documents retrieved for its own question
+    without_demos = RAG.name  # with no demonstrations, the prompt is RAG's

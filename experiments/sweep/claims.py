@@ -25,7 +25,7 @@ rule (``family.RULE``); a difference is called real, in its direction, when its 
   that admits new configurations (the steps themselves are point estimates; a step past the grid's largest
   effective context admits none and is not counted);
 - DRAG then IterDRAG: IterDRAG's best against DRAG's at the largest budget, and at the smallest (or DRAG fitting
-  alone there);
+  alone there); DRAG's rows include RAG's with no shot, which are DRAG with no demonstration;
 - iterations, DRAG's demonstrations: at the largest documents and shots where both rows ran; retrieval: RAG with
   the grid's largest documents and no shot against closed-book;
 - allocation: R² and every pick reach ``ALLOCATION_R2`` and ``ALLOCATION_PICK``.
@@ -49,7 +49,7 @@ from typing import Any
 
 from ragscale.experiments import family
 from ragscale.experiments.compare import BootstrapCI, format_ci, paired_bootstrap
-from ragscale.experiments.sweep.grid import BASELINE, format_size
+from ragscale.experiments.sweep.grid import BASELINE, format_size, rows_of
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.rows import Row
 
@@ -168,7 +168,7 @@ def _span(budgets: Sequence[int]) -> str:
 def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[str, Any] | None:
     found, drag_alone = [], False  # drag_alone: at the smallest budget DRAG fits and no IterDRAG does
     for b in budgets:
-        drag = pairs.best([r for r in rows if r.method == "drag"], b)
+        drag = pairs.best(rows_of("drag", rows), b)
         iterdrag = pairs.best([r for r in rows if r.method == "iterdrag"], b)
         if drag is not None and iterdrag is not None:
             found.append((b, pairs.best(rows, b).method, pairs.pair(iterdrag, drag, held_out=True, budget=b)))

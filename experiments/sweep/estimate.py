@@ -398,7 +398,11 @@ class Planner:
         """The estimate of ``point`` and the seconds it should take (NaN without a speed)."""
         estimate = self.estimator.estimate(point, docs_per_demo, self.calibration(point))
         speed = self.speed
-        seconds = self.n_questions * speed.seconds(estimate.tokens, estimate.output_tokens) if speed else float("nan")
+        seconds = (
+            self.n_questions * speed.seconds(estimate.tokens, estimate.output_tokens, estimate.calls)
+            if speed
+            else float("nan")
+        )
         return estimate, seconds
 
 

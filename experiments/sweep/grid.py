@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.programs import PROGRAMS, method_named
 from ragscale.programs.closed_book import ClosedBook
 
+R = TypeVar("R")  # a row: anything with .method and .shots
 BASELINE = ClosedBook.name  # the sweep's baseline method: no documents, its question alone
 METHODS = ("rag", "drag", "iterdrag")  # the paper's methods: what a sweep varies by default
 DEFAULT_DOCS = (1, 2, 4)
@@ -100,8 +103,17 @@ def grid_points(grid: Grid) -> list[Point]:
     for method in grid.methods:
         iterations = grid.iterations if method_named(method).iterates else (0,)
         docs = grid.docs if method_named(method).retrieves else (0,)
-        points += [Point(method, k, m, n) for k, m, n in itertools.product(docs, grid.shots, iterations)]
+        # Without demonstrations DRAG is RAG: the grid's RAG point stands for both (see ``rows_of``).
+        shots = [m for m in grid.shots if m or method_named(method).without_demos not in grid.methods]
+        points += [Point(method, k, m, n) for k, m, n in itertools.product(docs, shots, iterations)]
     return list(dict.fromkeys(points))
+
+
+def rows_of(method: str, rows: Sequence[R]) -> list[R]:
+    """The rows that are configurations of ``method``: its own, then, without demonstrations, those of the method
+    whose program it then is (a RAG row with 0 shots is DRAG's too); its own first, so a tie goes to its own."""
+    alias = method_named(method).without_demos
+    return [r for r in rows if r.method == method] + [r for r in rows if r.method == alias and r.shots == 0]
 
 
 CHAIN_OPTIMIZER = "bootstrap"

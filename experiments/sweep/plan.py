@@ -93,6 +93,13 @@ def plan(
     return planned
 
 
+def run_order(planned: Sequence[PlannedPoint]) -> list[PlannedPoint]:
+    """The points that run, cheapest first by their estimate whatever their method: a sweep its time limit stops
+    has then run every configuration up to some effective context, so the budgets below it have their best. An
+    IterDRAG cap runs after its smaller ones (its estimate is larger), whose stopped questions it carries."""
+    return sorted((p for p in planned if p.status == "run"), key=lambda p: (p.estimate.tokens, p.point.iterations))
+
+
 def status_of(estimate: Estimate, grid: Grid, window: int) -> str:
     """Whether a point not yet done runs, by its estimate: "run", or why it is skipped (see the module's doc)."""
     largest = max(grid.budgets)
@@ -119,11 +126,7 @@ def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_question
         )
     todo = [p for p in planned if p.status == "run"]
     total = sum(p.seconds for p in todo)
-    speed_text = (
-        f"prefill {speed.prefill_tok_s:g} tok/s, decode {speed.decode_tok_s:g} tok/s ({speed.source})"
-        if speed
-        else "speed not measured"
-    )
+    speed_text = speed.describe() if speed else "speed not measured"
     lines.append("")
     lines.append(
         "estimate: calibrated = learned from this sweep's finished configurations of the same method and shots (how "

@@ -17,7 +17,7 @@ from typing import Any
 
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.sweep import allocation
-from ragscale.experiments.sweep.grid import Point, format_size
+from ragscale.experiments.sweep.grid import Point, format_size, rows_of
 from ragscale.experiments.sweep.rows import Row
 from ragscale.programs import PROGRAMS, method_named
 
@@ -41,7 +41,8 @@ def best_within(rows: Sequence[Row], budget: float) -> Row | None:
 
 
 def budget_table(rows: Sequence[Row], budgets: Sequence[int], held_out=None) -> list[dict[str, Any]]:
-    """Per budget, the best configuration per method and overall (the paper's Table 1 shape). Given ``held_out``
+    """Per budget, the best configuration per method and overall (the paper's Table 1 shape); DRAG's includes RAG's
+    rows with no shot, DRAG without demonstrations (``grid.rows_of``). Given ``held_out``
     (a ``heldout.HeldOut``), each best is chosen on its choosing half of the questions and its EM is reported on
     the other (``em_held_out``); without it (the per-question scores could not be read), chosen on all of them."""
     table = []
@@ -49,7 +50,7 @@ def budget_table(rows: Sequence[Row], budgets: Sequence[int], held_out=None) -> 
         within = [r for r in rows if fits(r, budget)]
         methods = sorted({r.method for r in within}, key=lambda m: (method_named(m).retrieves, m))
         for method in [*methods, "best"]:
-            pool = within if method == "best" else [r for r in within if r.method == method]
+            pool = within if method == "best" else rows_of(method, within)
             best = best_within(pool, budget) if held_out is None else held_out.best_within(pool, budget)
             if best is None:
                 continue

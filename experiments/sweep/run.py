@@ -9,7 +9,9 @@ demonstrations carry as many documents as the test question). Each configuration
 runs, with what the ones finished by then taught, and keeps that estimate with its result. IterDRAG under a larger
 iteration cap carries the questions whose loop stopped before a finished smaller cap (``carry.py``): they would be
 asked the same way. A configuration that fails does not stop the sweep; a rerun retries it and skips the finished
-ones. ``plan_only`` prints the plan without running, ``allocate`` reads the stored allocation model.
+ones. The configurations run cheapest first by their estimate, whatever their method, so a sweep stopped by its
+time limit has filled the small budgets. ``plan_only`` prints the plan without running, ``allocate`` reads the
+stored allocation model.
 
 Several configurations may run at once (``parallel_runs``), each on one of the LM's servers: ``api_base`` may name
 several replicas of one model, comma-separated. Each configuration takes the least busy replica when it starts, and
@@ -75,7 +77,7 @@ from ragscale.experiments.sweep.ledger import (
     save_ledger,
     sweep_dir_for,
 )
-from ragscale.experiments.sweep.plan import PlannedPoint, format_plan, plan, status_of
+from ragscale.experiments.sweep.plan import PlannedPoint, format_plan, plan, run_order, status_of
 from ragscale.experiments.sweep.report import (
     budget_table,
     fit_allocation,
@@ -437,7 +439,7 @@ def run_sweep(
     compiled: dict[tuple[str, int], Any] = {}
     compiling: dict[tuple[str, int], threading.Lock] = {}  # one per (method, shots): each is compiled once
     stopper = _Stopper()
-    todo = [p for p in planned if p.status == "run"]
+    todo = run_order(planned)
     keys = {p.point: p.key for p in planned}  # what a configuration carries from is found by its point
     stopped: list[str] = []
     timer = None
@@ -579,6 +581,10 @@ def run_sweep(
                 future.result()  # a configuration's failure is reported in it; what comes out stops the sweep
         except BaseException as exc:  # Ctrl-C, SIGTERM: cancel what has not started, end what runs, then stop
             stopper.reason = exc
+            report(
+                f"stopping ({type(exc).__name__}): the running configurations end when their LM calls in flight "
+                "return (a long prompt's prefill can take minutes); their finished questions are kept"
+            )
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)

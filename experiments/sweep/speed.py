@@ -2,6 +2,10 @@
 
 ``speed_from_runs`` fits prefill and decode rates on the sweep's earlier runs of the same LM (seconds per question
 against input and output tokens per question); without three usable runs, ``measure_speed`` times two tiny calls.
+
+A prompt's prefill is not linear in its length: each token attends to all before it, so a call of n tokens takes
+n/rate + q n² seconds, and at several thousand tokens the second term is a large share. ``speed_from_runs`` fits q
+beside the rates, with a question's calls taken as equally long (its effective context over its LM calls).
 """
 
 from __future__ import annotations
@@ -19,9 +23,16 @@ class Speed:
     prefill_tok_s: float
     decode_tok_s: float
     source: str
+    quadratic_s: float = 0.0  # q: seconds per squared token of one call's prompt (its attention)
 
-    def seconds(self, input_tokens: float, output_tokens: float) -> float:
-        return input_tokens / self.prefill_tok_s + output_tokens / self.decode_tok_s
+    def seconds(self, input_tokens: float, output_tokens: float, calls: float = 1.0) -> float:
+        """A question's seconds: ``input_tokens`` in ``calls`` calls of equal length, ``output_tokens`` written."""
+        quadratic = self.quadratic_s * input_tokens**2 / max(calls, 1.0)
+        return input_tokens / self.prefill_tok_s + quadratic + output_tokens / self.decode_tok_s
+
+    def describe(self) -> str:
+        square = f" + {self.quadratic_s:.3g} s/token² per call" if self.quadratic_s else ""
+        return f"prefill {self.prefill_tok_s:g} tok/s{square}, decode {self.decode_tok_s:g} tok/s ({self.source})"
 
 
 def measure_speed(lm, text: str) -> Speed:
@@ -49,7 +60,8 @@ def measure_speed(lm, text: str) -> Speed:
 
 
 def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | None:
-    """Rates fitted (non-negative least squares on seconds per question) on earlier ledger rows of this LM."""
+    """Rates fitted (least squares on seconds per question) on earlier ledger rows of this LM: prefill, its squared
+    term and decode; the first of those models, fewer terms each, whose every coefficient comes out positive."""
     import numpy as np
 
     def answered(row: Mapping[str, Any]) -> int:  # the questions its eval_s timed (a resumed run's carried ones not)
@@ -64,10 +76,25 @@ def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | 
     ]  # fmt: skip
     if len(usable) < 3:
         return None
-    design = np.asarray([[r[EFFECTIVE_CONTEXT], r.get("output_tokens_per_question") or 0.0] for r in usable])
+    tokens = np.asarray([r[EFFECTIVE_CONTEXT] for r in usable], dtype=float)
+    calls = np.asarray([max(r.get("lm_calls_per_question") or 1.0, 1.0) for r in usable])
+    columns = {
+        "prefill": tokens,
+        "squared": tokens**2 / calls,
+        "decode": np.asarray([r.get("output_tokens_per_question") or 0.0 for r in usable]),
+    }
     target = np.asarray([r["eval_s"] / answered(r) for r in usable])
-    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
-    if coef[0] <= 0 or coef[1] <= 0:
-        rate = float(design[:, 0].sum() / target.sum())  # one rate for all tokens, outputs folded in
-        return Speed(round(rate, 1), float("inf"), f"{len(usable)} earlier runs (one rate)")
-    return Speed(round(1 / coef[0], 1), round(1 / coef[1], 2), f"{len(usable)} earlier runs")
+    source = f"{len(usable)} earlier runs"
+    for terms in (("prefill", "squared", "decode"), ("prefill", "squared"), ("prefill", "decode")):
+        coef, *_ = np.linalg.lstsq(np.stack([columns[t] for t in terms], axis=1), target, rcond=None)
+        if (coef > 0).all():
+            fitted = dict(zip(terms, coef.tolist(), strict=True))
+            decode = fitted.get("decode")
+            return Speed(
+                round(1 / fitted["prefill"], 1),
+                round(1 / decode, 2) if decode else float("inf"),
+                source + ("" if decode else ", outputs folded into prefill"),
+                quadratic_s=fitted.get("squared", 0.0),
+            )
+    rate = float(tokens.sum() / target.sum())  # one rate for all tokens, outputs folded in
+    return Speed(round(rate, 1), float("inf"), f"{source} (one rate)")

@@ -72,6 +72,10 @@ def test_iterdrag_ahead_at_the_largest_budget_and_not_at_the_smallest_holds_the_
     assert claim(drag_alone, [1000, 8000], ORDER)["verdict"] == "held"
     behind = [*base, row("iterdrag", 1, 0, 1, 30, 1800), row("iterdrag", 5, 2, 2, 20, 6000)]
     assert claim(behind, [2000, 8000], ORDER)["verdict"] == "not held"
+    # DRAG with no demonstration is RAG with no shot: that row is DRAG's best at 8k, ahead of IterDRAG there
+    zero_shot = [*behind, row("rag", 20, 0, 0, 60, 3000), row("rag", 20, 2, 0, 90, 3200)]
+    found = claim(zero_shot, [2000, 8000], ORDER)
+    assert found["verdict"] == "not held" and found["pairs"][-1]["b"] == "rag k=20 m=0"
 
 
 def test_drag_and_iterations_are_compared_at_the_same_documents_and_shots_only():

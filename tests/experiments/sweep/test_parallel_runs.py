@@ -5,6 +5,7 @@ one question at a time per run): what is checked is where the configurations ran
 keys are, and what a failure or a Ctrl-C does to the others.
 """
 
+import re
 import signal
 import threading
 import time
@@ -89,8 +90,11 @@ def test_two_runs_at_once_spread_every_configuration_once_over_both_replicas(tmp
     # each configuration answered its questions once, all on one replica
     assert a.calls + b.calls == 4 * QUESTIONS and a.calls % QUESTIONS == b.calls % QUESTIONS == 0
     assert len({row.run_id for row in result.rows}) == 4
-    for number, item in enumerate(result.plan, start=1):
-        assert any(line.startswith(f"[{number}/4] {item.point.label}: EM ") for line in reports), item.point.label
+    numbers = {}
+    for item in result.plan:
+        (found,) = [line for line in reports if re.match(rf"\[\d/4\] {item.point.label}: EM ", line)]
+        numbers[found[1]] = item.point.label
+    assert sorted(numbers) == ["1", "2", "3", "4"], numbers
 
 
 def test_a_program_two_configurations_need_at_once_is_compiled_once(tmp_path, data_dir, monkeypatch):
@@ -142,10 +146,10 @@ def test_one_configuration_failing_does_not_stop_the_others_and_a_rerun_retries_
     monkeypatch.setattr(sweep_run, "run_experiment", replica_down_for_k2_m0)
     reports: list[str] = []
     result = sweep(base_config(tmp_path, data_dir), [Replica(), Replica()], reports=reports)
-    (number, broken), *_ = [(n, p) for n, p in enumerate(result.plan, start=1) if p.point.label == "rag k=2 m=0"]
+    (broken,) = [p for p in result.plan if p.point.label == "rag k=2 m=0"]
     assert result.failed == [broken.key]
     assert sorted(result.ran) == sorted(p.key for p in result.plan if p is not broken)
-    assert f"[{number}/4] rag k=2 m=0: failed: ConnectionError: replica went away" in reports
+    assert any(re.fullmatch(r"\[\d/4\] rag k=2 m=0: failed: ConnectionError: replica went away", r) for r in reports)
 
     monkeypatch.setattr(sweep_run, "run_experiment", real)
     again = sweep(base_config(tmp_path, data_dir), [Replica(), Replica()])
@@ -178,10 +182,11 @@ def test_ctrl_c_or_sigterm_cancels_the_configurations_not_started_and_ends_those
     # paused: the main thread has the signal before a run asks its next question
     replicas = [Replica(together, pause_s=1.0), Replica(together, pause_s=1.0)]
     base = base_config(tmp_path, data_dir)
-    began = time.monotonic()
+    began, reports = time.monotonic(), []
     with terminate_on_sigterm(), pytest.raises(raised):
-        sweep(base, replicas)
+        sweep(base, replicas, reports=reports)
     assert time.monotonic() - began < WAIT_S
+    assert any(line.startswith(f"stopping ({raised.__name__}): the running configurations end") for line in reports)
     assert len(started) == 2, started  # the other two configurations never started
     assert all(1 <= r.calls < QUESTIONS for r in replicas), [r.calls for r in replicas]  # stopped before the end
 

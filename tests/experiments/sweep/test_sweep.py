@@ -95,7 +95,30 @@ def test_the_grid_has_iterations_for_iterdrag_only_and_closed_book_baselines():
     assert Point("closed-book", 0, 0) in points and Point("closed-book", 0, 1) in points
     assert {p.iterations for p in points if p.method == "iterdrag"} == {3}
     assert {p.iterations for p in points if p.method != "iterdrag"} == {0}
-    assert len(points) == 2 + 4 + 4 + 4
+    assert len(points) == 2 + 4 + 2 + 4  # DRAG with no shot is RAG with none: the RAG point stands for it
+    assert {p.shots for p in points if p.method == "drag"} == {2}
+    alone = grid_points(replace(GRID, methods=("drag",)))
+    assert {p.shots for p in alone if p.method == "drag"} == {0, 2}
+
+
+def test_the_configurations_run_cheapest_first_whatever_their_method():
+    from ragscale.experiments.sweep.estimate import Estimate
+    from ragscale.experiments.sweep.plan import PlannedPoint, run_order
+
+    def planned(point: Point, tokens: float, status: str = "run") -> PlannedPoint:
+        estimate = Estimate(tokens, 0.0, 1.0, round(tokens), tokens, tokens, "counted")
+        return PlannedPoint(point, point.label, point.docs, estimate, tokens, status)
+
+    plan = [
+        planned(Point("rag", 20, 0), 2800),
+        planned(Point("rag", 1, 0), 190, "done"),
+        planned(Point("drag", 1, 1), 300),
+        planned(Point("iterdrag", 1, 0, 2), 600),  # ties with its smaller cap, which runs first
+        planned(Point("iterdrag", 1, 0, 1), 600),
+        planned(Point("drag", 50, 4), 36_000, "over budget"),
+    ]
+    order = [p.point.label for p in run_order(plan)]
+    assert order == ["drag k=1 m=1", "iterdrag k=1 m=0 n=1", "iterdrag k=1 m=0 n=2", "rag k=20 m=0"]
 
 
 def test_budgets_read_k_and_m_suffixes():
@@ -109,7 +132,7 @@ def error(row) -> float:
 def test_single_step_methods_are_estimated_within_ten_percent_of_the_counted_tokens(swept):
     result, _, _ = swept
     single_step = [r for r in result.rows if r.method != "iterdrag"]
-    assert len(single_step) == 10
+    assert len(single_step) == 8
     for row in single_step:
         assert error(row) <= 0.10, (
             row.method,
@@ -532,6 +555,9 @@ def test_budget_table_ranks_by_em_then_f1_then_accuracy_then_fewer_tokens():
     table = budget_table(rows, [1000, 4000])
     small = {r["method"]: r for r in table if r["budget"] == 1000}
     assert set(small) == {"drag", "rag", "best"} and small["best"]["config"] == "drag k=1 m=0"
+    assert small["rag"]["config"] == "rag k=1 m=0"
+    large = {r["method"]: r for r in budget_table(rows, [4000]) if r["budget"] == 4000}
+    assert large["drag"]["config"] == "rag k=5 m=0"  # a RAG row with no shot is DRAG with no demonstration
     assert next(r for r in table if r["budget"] == 4000 and r["method"] == "best")["config"] == "rag k=5 m=0"
 
 
