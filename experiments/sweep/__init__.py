@@ -7,8 +7,9 @@ A sweep is a grid of configurations theta = (documents k, shots m, iterations n)
    question) is estimated before it runs: the program run on the run's first 20 questions with the model played by
    a script, its calls rendered through the real adapter and counted with the LM's tokenizer, calibrated on the
    finished configurations of the same method and shot count, else a bound (IterDRAG) or a counted floor.
-2. **Plan** (``plan.py``, ``speed.py``). Time per configuration = questions x (input tokens / prefill rate + output
-   tokens / decode rate), the rates fitted on earlier runs of this LM or timed. A configuration is skipped when it
+2. **Plan** (``plan.py``, ``speed.py``). Time per configuration = questions x (input tokens / prefill rate + the
+   square of a call's tokens x a constant + output tokens / decode rate), fitted on earlier runs of this LM or
+   timed; the configurations run cheapest first. A configuration is skipped when it
    cannot fit (its fewest tokens exceed the largest budget, or its longest call the LM's window), or when an
    estimate learned from finished configurations puts it past the largest budget, where no budget could choose it.
 3. **Run** (``run.py``, ``ledger.py``). Each configuration is one MLflow child run under a parent sweep run;

@@ -111,9 +111,11 @@ def grid_points(grid: Grid) -> list[Point]:
 
 def rows_of(method: str, rows: Sequence[R]) -> list[R]:
     """The rows that are configurations of ``method``: its own, then, without demonstrations, those of the method
-    whose program it then is (a RAG row with 0 shots is DRAG's too); its own first, so a tie goes to its own."""
-    alias = method_named(method).without_demos
-    return [r for r in rows if r.method == method] + [r for r in rows if r.method == alias and r.shots == 0]
+    whose program it then is (a RAG row with 0 shots is DRAG's too) where it has no row of its own with those
+    documents and no shot (a sweep of both methods that ran both has each twice: its own is kept)."""
+    own = [r for r in rows if r.method == method]
+    alias, covered = method_named(method).without_demos, {r.docs for r in own if r.shots == 0}
+    return own + [r for r in rows if r.method == alias and r.shots == 0 and r.docs not in covered]
 
 
 CHAIN_OPTIMIZER = "bootstrap"

@@ -48,7 +48,10 @@ def budget_table(rows: Sequence[Row], budgets: Sequence[int], held_out=None) -> 
     table = []
     for budget in sorted(budgets):
         within = [r for r in rows if fits(r, budget)]
-        methods = sorted({r.method for r in within}, key=lambda m: (method_named(m).retrieves, m))
+        # a method with rows anywhere has a column wherever its rows or, for DRAG, RAG's with no shot fit
+        methods = sorted(
+            {r.method for r in rows if rows_of(r.method, within)}, key=lambda m: (method_named(m).retrieves, m)
+        )
         for method in [*methods, "best"]:
             pool = within if method == "best" else rows_of(method, within)
             best = best_within(pool, budget) if held_out is None else held_out.best_within(pool, budget)
@@ -188,11 +191,13 @@ def plot(
 
 def fit_allocation(rows: Sequence[Row], budgets: Sequence[int], dataset: str) -> dict[str, Any] | None:
     """Fit the allocation model on the rows of methods whose demonstrations carry documents (the paper's family:
-    DRAG, IterDRAG, and closed-book, which has none to carry; all methods when only the baseline is left), assess
+    DRAG with RAG's rows with no shot, IterDRAG, and closed-book, which has none to carry; all methods when only
+    the baseline is left), assess
     it at each budget and extrapolate; None when there is too little to fit. Informativeness is read off the
     methods that do not iterate."""
     measured = [r for r in rows if r.acc is not None]
-    family = [r for r in measured if method_named(r.method).demo_documents]
+    carriers = {r.method for r in measured if method_named(r.method).demo_documents}
+    family = list({id(r): r for m in sorted(carriers) for r in rows_of(m, measured)}.values())  # DRAG's m=0 too
     if not any(method_named(r.method).retrieves for r in family):
         family = measured
     try:

@@ -558,6 +558,8 @@ def test_budget_table_ranks_by_em_then_f1_then_accuracy_then_fewer_tokens():
     assert small["rag"]["config"] == "rag k=1 m=0"
     large = {r["method"]: r for r in budget_table(rows, [4000]) if r["budget"] == 4000}
     assert large["drag"]["config"] == "rag k=5 m=0"  # a RAG row with no shot is DRAG with no demonstration
+    tiny = {r["method"]: r["config"] for r in budget_table(rows, [450])}  # only RAG k=1 fits: DRAG has it too
+    assert tiny == {"rag": "rag k=1 m=0", "drag": "rag k=1 m=0", "best": "rag k=1 m=0"}
     assert next(r for r in table if r["budget"] == 4000 and r["method"] == "best")["config"] == "rag k=5 m=0"
 
 
