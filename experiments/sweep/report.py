@@ -49,11 +49,10 @@ def budget_table(rows: Sequence[Row], budgets: Sequence[int], held_out=None) -> 
     for budget in sorted(budgets):
         within = [r for r in rows if fits(r, budget)]
         # a method with rows anywhere has a column wherever its rows or, for DRAG, RAG's with no shot fit
-        methods = sorted(
-            {r.method for r in rows if rows_of(r.method, within)}, key=lambda m: (method_named(m).retrieves, m)
-        )
+        pools = {method: rows_of(method, within) for method in {r.method for r in rows}}
+        methods = sorted((m for m, pool in pools.items() if pool), key=lambda m: (method_named(m).retrieves, m))
         for method in [*methods, "best"]:
-            pool = within if method == "best" else rows_of(method, within)
+            pool = within if method == "best" else pools[method]
             best = best_within(pool, budget) if held_out is None else held_out.best_within(pool, budget)
             if best is None:
                 continue
