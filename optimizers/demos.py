@@ -4,9 +4,10 @@ program is cut to.
 DRAG (Yue et al. 2024, arXiv:2410.04343) shows each demonstration with the documents retrieved for that
 demonstration's question. ``labeled_fields`` turns one labeled example into the field values it offers a program's
 predictors (matched by field name), ``demo_documents`` retrieves a demonstration's documents with the program's
-own retriever, ``LabeledWithDocuments`` is DSPy's LabeledFewShot built on both, and ``cap_demos`` keeps at most
-``shots`` demonstrations per predictor and ``docs_per_demo`` documents per demonstration, the most relevant
-kept, last (DRAG's order). A program whose class sets ``demo_documents = False`` (RAG) has its demonstrations'
+own retriever, ``LabeledWithDocuments`` is DSPy's LabeledFewShot built on both, ``redraw_demo_documents`` gives a
+compiled program's demonstrations their queries' documents at another k, and ``cap_demos`` keeps at most ``shots``
+demonstrations per predictor and ``docs_per_demo`` documents per demonstration, the most relevant kept, last
+(DRAG's order). A program whose class sets ``demo_documents = False`` (RAG) has its demonstrations'
 documents dropped: they become question -> answer pairs.
 """
 
@@ -20,7 +21,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 from ragscale.optimizers.metrics import gold_answers
 from ragscale.programs.base import Method
 from ragscale.programs.lm.coerce import is_list
-from ragscale.programs.retrieval import format_passage, most_relevant_last
+from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last
 
 NO_FOLLOW_UP = "none"
 """What a labeled decomposition step writes when the follow-ups answered so far are enough (IterDRAG stops)."""
@@ -99,6 +100,19 @@ class LabeledWithDocuments(Teleprompter):
             predictor.demos = [dspy.Example({n: f[n] for n in signature.fields if n in f}) for f in fits]
             predictor.demos = predictor.demos[: self.shots]
         return self.student
+
+
+def redraw_demo_documents(program: Method, k: int) -> Method:
+    """Give every demonstration that carries documents the ones ``program``'s retriever finds at ``k`` for its
+    queries (``program.demo_queries``; several merged by best rank), most relevant last, in place: a chain written
+    at one k is then shown with the documents its own queries retrieve at another, as a demonstration's documents
+    are always its own retrieval (DRAG). Returns ``program``."""
+    for name, predictor in program.named_predictors():
+        for demo in predictor.demos:
+            if "documents" in demo:
+                rankings = [program.retriever(query, k) for query in program.demo_queries(name, demo)]
+                demo["documents"] = [format_passage(p) for p in most_relevant_last(merge_by_rank(rankings))]
+    return program
 
 
 def cap_demos(program: Method, shots: int, docs_per_demo: int) -> Method:

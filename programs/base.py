@@ -16,6 +16,8 @@ never its name, so a new method is one file and one line in the registry:
   entries a list input (follow-ups so far) holds; the context-window check formats the longest prompt from both.
 - ``behaviour(question, prediction)``: what the method's defining step did on one question (``programs.behaviour``).
 - ``demonstrates(example, prediction)``: whether a trace shows that step, and so may become a demonstration.
+- ``demo_queries(predictor, demo)``: the queries whose retrieved documents a demonstration of that predictor shows
+  (its question by default), so that its documents can be retrieved again at another k.
 
 Every method is built as ``cls(retriever=..., k=...)`` (plus ``max_iterations`` when it iterates), with no default
 for either: the documents per query and the iterations are the run's (``RunConfig.docs``, ``.iterations``), whose
@@ -25,7 +27,8 @@ retrieved with the student's own.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import dspy
 
@@ -59,3 +62,8 @@ class Method(dspy.Module):
     def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
         """Whether a trace of ``example`` shows the method's defining step; every trace does by default."""
         return True
+
+    def demo_queries(self, predictor: str, demo: Mapping[str, Any]) -> list[str]:
+        """The queries whose retrieved documents (merged by best rank when several) a demonstration of the predictor
+        named ``predictor`` shows: its question by default."""
+        return [demo["question"]]

@@ -108,6 +108,13 @@ class IterDRAG(Method):
         shown = self.behaviour(example.question, prediction)
         return shown["answered_follow_ups"] > 0 and shown["follow_ups_as_questions"] == shown["follow_ups"]
 
+    def demo_queries(self, predictor: str, demo) -> list[str]:
+        """An answer_sub demonstration shows its sub-question's documents; a synthesize one every document the loop
+        gathered: the question's and each follow-up's, as ``forward`` merges them."""
+        if predictor == "answer_sub":
+            return [demo["sub_question"]]
+        return [demo["question"], *(follow_up_of(f) for f in demo.get("follow_ups") or [])]
+
     def next_follow_up(self, question: str, follow_ups: list[str]) -> tuple[str, int]:
         """The follow-up the decomposition writes next, and how many times it was drawn again: greedily first,
         then, while it restates ``question``, a new rollout at temperature 1.0 seeded with its number, up to

@@ -249,25 +249,52 @@ def _setup(
     return _Setup(lm, train, evalset, retriever, ledger, tracked, speed)
 
 
+CHAIN_DOCS = 5
+"""The documents per query at which an iterating method's chains are bootstrapped: enough for the teacher to find
+most answers, few enough that its longest prompt (synthesize over every document gathered, beside its labeled
+demonstrations) fits this machine's memory at the grid's largest n."""
+
+
+def compile_point(point: Point, grid: Grid) -> Point:
+    """Where the program of ``point``'s method and shots is compiled, once for all its points. At the grid's largest
+    k, whose demonstrations every point's are cut from (``cap_demos``: the most relevant k kept); for a method that
+    iterates, at ``CHAIN_DOCS`` (or the grid's largest k if smaller) and the largest n: its teacher runs the whole
+    chain on every training question, and at k = 50 that is prompts of tens of thousands of tokens, several at once.
+    Each point's demonstrations then show the documents their queries retrieve at its own k (``demonstrations``)."""
+    if not method_named(point.method).iterates:
+        return Point(point.method, max(grid.docs), point.shots, 0)
+    return Point(point.method, min(max(grid.docs), CHAIN_DOCS), point.shots, max(grid.iterations))
+
+
+def demonstrations(compiled, point: Point, config: RunConfig):
+    """A copy of the program ``compiled`` for ``point``'s group, cut to the point's shots and documents per
+    demonstration; a method that iterates first has its demonstrations' documents retrieved again at the point's k
+    (``redraw_demo_documents``), since its chains were written at ``compile_point``'s."""
+    from ragscale.optimizers.demos import cap_demos, redraw_demo_documents
+
+    program = copy.deepcopy(compiled)
+    if method_named(point.method).iterates:
+        redraw_demo_documents(program, config.docs)
+    return cap_demos(program, point.shots, config.docs_per_demo)
+
+
 def _compile(
     base: RunConfig, point: Point, grid: Grid, *, lm, retriever, train: Sequence, docs_per_demo: int | None,
     teacher: str | None = None, load_teacher: Callable[[RunConfig], Any] = load_teacher_for,
     keep_in: Path | None = None, fingerprint: str = "",
 ):  # fmt: skip
-    """Compile ``point.method`` with ``point.shots`` demos once, with the grid's largest k (and n for IterDRAG), by
-    the point's teleprompter (``grid.optimizer_of``), its teacher program on ``load_teacher(config)`` when the
-    point's config has a teacher (``teacher`` for a teleprompter that runs one). A program an earlier sitting
-    compiled with the same settings and data, kept as JSON in the folder ``keep_in`` (``compiled_path``), is
-    loaded instead: the same demonstrations in every sitting, on every machine that adopts the sweep, and no
-    teacher run again; one compiled now is kept there."""
+    """Compile ``point.method`` with ``point.shots`` demos once, at ``compile_point``, by the point's teleprompter
+    (``grid.optimizer_of``), its teacher program on ``load_teacher(config)`` when the point's config has a teacher
+    (``teacher`` for a teleprompter that runs one). A program an earlier sitting compiled with the same settings and
+    data, kept as JSON in the folder ``keep_in`` (``compiled_path``), is loaded instead: the same demonstrations in
+    every sitting, on every machine that adopts the sweep, and no teacher run again; one compiled now is kept
+    there."""
     import dspy
 
     from ragscale.programs.lm import make_adapter
 
-    widest = Point(
-        point.method, max(grid.docs), point.shots, max(grid.iterations) if method_named(point.method).iterates else 0
-    )
-    config = point_config(base, widest, docs_per_demo=docs_per_demo, teacher=teacher)
+    at = compile_point(point, grid)
+    config = point_config(base, at, docs_per_demo=docs_per_demo, teacher=teacher)
     adapter = make_adapter(base.adapter)
     saved = None if keep_in is None else compiled_path(keep_in, config, fingerprint)
     with dspy.context(lm=lm, adapter=adapter):
@@ -385,7 +412,6 @@ def run_sweep(
     import dspy
 
     from ragscale.optimizers.context import ContextWindowError
-    from ragscale.optimizers.demos import cap_demos
     from ragscale.programs.lm import context_window, release_lm
 
     began = time.monotonic()
@@ -521,7 +547,7 @@ def run_sweep(
             try:
                 program = None
                 if point.shots:
-                    program = cap_demos(copy.deepcopy(compiled_for(point, replica)), point.shots, config.docs_per_demo)
+                    program = demonstrations(compiled_for(point, replica), point, config)
                 digest = program_digest(program)
                 with shared:
                     finished = {**tracked, **ledger}

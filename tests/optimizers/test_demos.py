@@ -2,9 +2,9 @@
 
 import dspy
 import pytest
-from doubles import BEST, SECOND, FixedRetriever, examples, musique_example
+from doubles import BEST, SECOND, THIRD, FixedRetriever, examples, musique_example
 
-from ragscale.optimizers.demos import LabeledWithDocuments, cap_demos
+from ragscale.optimizers.demos import LabeledWithDocuments, cap_demos, redraw_demo_documents
 from ragscale.optimizers.metrics import em_metric
 from ragscale.optimizers.teleprompters import compile_program
 from ragscale.programs import DRAG, RAG, ClosedBook, IterDRAG
@@ -87,6 +87,22 @@ def test_labeled_final_answers_of_decomposition_and_rat_show_their_unlabeled_lis
     assert rat.draft.demos == rat.write_query.demos == rat.revise.demos == []
     assert [d.reasoning for d in rat.answer.demos] == [[], []]
     assert {d.answer for d in rat.answer.demos} <= {f"City {i}" for i in range(5)}
+
+
+def test_a_chain_written_at_one_k_is_shown_with_its_queries_documents_at_another():
+    retriever = FixedRetriever()
+    compiled = LabeledWithDocuments(shots=4, docs_per_demo=1).compile(
+        IterDRAG(retriever, k=1, max_iterations=3), trainset=[musique_example()]
+    )
+    assert [d.documents for d in compiled.answer_sub.demos] == [[format_passage(BEST)]] * 2
+    retriever.queries.clear()
+    redraw_demo_documents(compiled, 3)
+    ranked = [format_passage(p) for p in (THIRD, SECOND, BEST)]  # most relevant last
+    assert [d.documents for d in compiled.answer_sub.demos] == [ranked, ranked]
+    assert compiled.synthesize.demos[0].documents == ranked  # the three rankings merged, each passage once
+    question, first, second = musique_example().question, "Who wrote The Hobbit?", "Where was Tolkien born?"
+    assert retriever.queries == [first, second, question, first, second]  # answer_sub's, then synthesize's
+    assert [d.follow_up for d in compiled.decompose.demos][:2] == [first, second]  # no documents: left as they were
 
 
 def test_cap_demos_keeps_the_last_documents_and_the_first_demos():

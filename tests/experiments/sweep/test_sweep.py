@@ -529,6 +529,34 @@ def test_a_reader_that_teaches_itself_compiles_on_its_own_lm(tmp_path, smollm2_t
     assert len(result.ran) == 1 and events == [] and not teacher.history and reader.history
 
 
+def test_iterdrag_chains_are_written_at_few_documents_and_shown_with_each_configurations_k(
+    tmp_path, smollm2_tokenizer, examples, monkeypatch
+):
+    import ragscale.experiments.sweep.run as sweep_run
+    from ragscale.experiments.sweep.ledger import COMPILED
+    from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last
+
+    monkeypatch.setattr(sweep_run, "CHAIN_DOCS", 1)
+    given, real = [], sweep_run.run_experiment
+    monkeypatch.setattr(
+        sweep_run, "run_experiment", lambda config, **kw: given.append(kw["compiled"]) or real(config, **kw)
+    )
+    grid = Grid(methods=("iterdrag",), docs=(3,), shots=(2,), iterations=(2,), budgets=(100_000,), baselines=False)
+    base, lm = base_config(tmp_path / "runs"), tokenizer_lm(smollm2_tokenizer, examples)
+    result = run_sweep(grid, base, lm=lm, examples=examples, progress=False, speed=SPEED, report=lambda _: None)
+    assert len(result.ran) == 1
+    (kept,) = (result.sweep_dir / COMPILED).glob("iterdrag-m2-*.json")
+    written = [d for p in json.loads(kept.read_text()).values() for d in p.get("demos", []) if "documents" in d]
+    assert written and all(len(d["documents"]) == 1 for d in written)  # the chains: one document per query
+    program = given[0]
+    shown = [(n, d) for n, p in program.named_predictors() for d in p.demos if "documents" in d]
+    assert len(shown) == len(written)
+    for name, demo in shown:  # each demonstration: its queries' documents at the configuration's k = 3
+        rankings = [program.retriever(q, 3) for q in program.demo_queries(name, demo)]
+        assert demo["documents"] == [format_passage(p) for p in most_relevant_last(merge_by_rank(rankings))][-3:]
+        assert len(demo["documents"]) == 3
+
+
 def test_the_teacher_is_released_when_the_last_compile_it_would_run_is_skipped(
     tmp_path, smollm2_tokenizer, examples, taught
 ):
