@@ -139,9 +139,13 @@ def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_question
         "time leaves out the questions IterDRAG carries from a finished smaller iteration cap, once that one has "
         "finished."
     )
+    reach = ""  # the configurations run cheapest first: what is done is everything up to the cheapest left
+    if todo:
+        cheapest = min(p.estimate.tokens for p in todo)
+        reach = f"every configuration estimated under {cheapest:,.0f} tokens/question done or skipped; "
     lines.append(
         f"{len(todo)} to run, {sum(p.status == 'done' for p in planned)} done, "
-        f"{sum(p.status not in ('run', 'done') for p in planned)} skipped; {n_questions} questions each; "
+        f"{sum(p.status not in ('run', 'done') for p in planned)} skipped; {n_questions} questions each; {reach}"
         f"estimated {total / 60:.1f} min of LM time ({speed_text}); plus loading, indexing and compiling"
     )
     return "\n".join(lines)

@@ -103,7 +103,7 @@ def test_the_grid_has_iterations_for_iterdrag_only_and_closed_book_baselines():
 
 def test_the_configurations_run_cheapest_first_whatever_their_method():
     from ragscale.experiments.sweep.estimate import Estimate
-    from ragscale.experiments.sweep.plan import PlannedPoint, run_order
+    from ragscale.experiments.sweep.plan import PlannedPoint, format_plan, run_order
 
     def planned(point: Point, tokens: float, status: str = "run") -> PlannedPoint:
         estimate = Estimate(tokens, 0.0, 1.0, round(tokens), tokens, tokens, "counted")
@@ -119,6 +119,9 @@ def test_the_configurations_run_cheapest_first_whatever_their_method():
     ]
     order = [p.point.label for p in run_order(plan)]
     assert order == ["drag k=1 m=1", "iterdrag k=1 m=0 n=1", "iterdrag k=1 m=0 n=2", "rag k=20 m=0"]
+    summary = format_plan(plan, None, 100).splitlines()[-1]  # so what is done reaches up to the cheapest left
+    assert summary.startswith("4 to run, 1 done, 1 skipped; 100 questions each; every configuration estimated under "
+                              "300 tokens/question done or skipped; estimated ")  # fmt: skip
 
 
 def test_budgets_read_k_and_m_suffixes():
