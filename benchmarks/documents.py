@@ -22,7 +22,10 @@ are cached in the collection, so a rerun with the same `--runs-dir` costs no LM 
 question is appended to `<runs-dir>/records/<config>-<settings hash>.jsonl` as it finishes, so an interrupted
 run resumes where it stopped and its table still sums each question's own calls and seconds.
 
-    DSPY_CACHEDIR=$(mktemp -d) python benchmarks/documents.py --json runs/bench/documents.json
+    DSPY_CACHEDIR=$(mktemp -d) python benchmarks/documents.py --publish documents-qwen2.5-coder-0.5b
+
+With ``--publish NAME`` every answered question is committed to ``benchmarks/results/NAME/``
+(``ragscale.experiments.grounded``), from which the tables of ``docs/documents.md`` are made again.
 
 Timings on a shared 2-core machine are noisy; the scores are deterministic (greedy decoding, constrained grades).
 """
@@ -45,6 +48,7 @@ from ragscale.experiments.files import write_json
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = REPO.parent / "shared" / "documents"
 QUESTIONS = Path(__file__).with_name("documents_questions.jsonl")
+RESULTS = REPO / "benchmarks" / "results"
 PDFS = (
     "financial_market_analysis_report_2023.pdf",
     "alien_plant_threat_assessment_p24-27.pdf",
@@ -73,20 +77,6 @@ def answer_rank(passages: list, chunks: dict, question: dict) -> int | None:
     return None
 
 
-VERSUS = (("R@1", lambda r: r["rank"] == 1), ("R@k", lambda r: r["rank"] is not None), ("Acc", lambda r: r["acc"]),
-          ("EM", lambda r: r["em"]))  # fmt: skip
-
-
-def paired_difference(records: list[dict], base: list[dict], key) -> str:
-    """The paired bootstrap 95% CI of ``key`` (a share, in points) over the questions both record lists hold."""
-    from ragscale.experiments.compare import format_ci, paired_bootstrap
-
-    def score(rows: list[dict]) -> dict[str, float]:
-        return {r["id"]: 100.0 * float(key(r)) for r in rows}
-
-    return format_ci(paired_bootstrap(score(records), score(base)))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lm", default="qwen2.5-coder-0.5b")
@@ -104,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grader", default="labeled", help="teleprompter for the reranker's grader, or none")
     parser.add_argument("--grader-train-limit", dest="grader_train_limit", type=int, default=32)
     parser.add_argument("--json", dest="json_path", type=Path)
+    parser.add_argument("--publish", metavar="NAME", help="commit every answer to benchmarks/results/NAME/")
     args = parser.parse_args(argv)
 
     from ragscale.process import prepare_process
@@ -115,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     from dspy.utils.exceptions import AdapterParseError
 
     from ragscale.data import load_split
+    from ragscale.experiments import grounded
     from ragscale.experiments.collection import Collection, ingest
+    from ragscale.experiments.published import made_here, publish_rows
     from ragscale.optimizers.graders import compile_graders
     from ragscale.optimizers.metrics import accuracy, exact_match
     from ragscale.optimizers.teleprompters import OPTIMIZERS
@@ -134,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown configs {unknown}; valid: {', '.join(CONFIGS)}")
     if args.grader != "none" and args.grader not in OPTIMIZERS:
         parser.error(f"unknown --grader {args.grader!r}; valid: none, {', '.join(sorted(OPTIMIZERS))}")
+    made_by = made_here()  # the code and machine of this run, whatever is committed while it runs
     lm = load_lm(args.lm, api_base=args.api_base, cache=False)
     adapter = make_adapter(args.adapter)
     settings = {
@@ -197,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         grader |= {"demos": len(learned.demos), "lm_calls": usage.calls,
                    "compile_s": round(time.perf_counter() - start, 1)}  # fmt: skip
         print(f"grader: {json.dumps(grader)}", file=sys.stderr, flush=True)
-    rows = []
+    rows: dict[str, dict] = {}
+    done: dict[str, list[dict]] = {}
     for config in configs:
         chunking, _, order = config.partition("+")
         store = Collection(collections[chunking], args.runs_dir)
@@ -231,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                 record = {
                     "id": q["id"],
                     "kind": q["kind"],
+                    "answers": q["answers"],
+                    "passages": [p.id for p in passages],
                     "rank": answer_rank(passages, chunks, q),
                     "answer_in_passages": answer_in(passages, q["answers"]),
                     "answer": answer,
@@ -243,74 +240,28 @@ def main(argv: list[str] | None = None) -> int:
                 records[q["id"]] = record
                 sink.write(json.dumps(record) + "\n")
                 sink.flush()
-        done = [records[q["id"]] for q in questions]
-        n = len(done)
-        grades = sum((Counter(r["grades"]) for r in done), Counter())
-        rows.append(
-            {
-                "config": config,
-                "n": n,
-                "chunks": len(chunks),
-                "recall_at_1": round(100 * sum(r["rank"] == 1 for r in done) / n, 1),
-                "recall_at_k": round(100 * sum(r["rank"] is not None for r in done) / n, 1),
-                "answer_at_k": round(100 * sum(r["answer_in_passages"] for r in done) / n, 1),
-                "recall_at_k_by_kind": {
-                    kind: round(
-                        100
-                        * sum(r["rank"] is not None for r in done if r["kind"] == kind)
-                        / max(1, sum(r["kind"] == kind for r in done)),
-                        1,
-                    )
-                    for kind in ("text", "table", "picture")
-                },
-                "acc": round(100 * sum(r["acc"] for r in done) / n, 1),
-                "em": round(100 * sum(r["em"] for r in done) / n, 1),
-                "lm_calls_per_q": round(sum(r["lm_calls"] for r in done) / n, 2),
-                "s_per_q": round(sum(r["seconds"] for r in done) / n, 2),
-                "grades": dict(grades),
-                "records": done,
-            }
-        )
-        row = rows[-1]
-        print(
-            f"{config}: R@1 {row['recall_at_1']} R@{args.k} {row['recall_at_k']} Acc {row['acc']} EM {row['em']} "
-            f"({row['lm_calls_per_q']} calls/q, {row['s_per_q']} s/q) grades {row['grades']}",
-            file=sys.stderr,
-            flush=True,
-        )
+        done[config] = [records[q["id"]] for q in questions]
+        found = grounded.scores(done[config])
+        print(f"{config}: " + ", ".join(f"{name} {value:.1f}" for name, value in found.items()), file=sys.stderr)
+        rows[config] = {"params": {"config": config, "chunks": len(chunks)}, "metrics": found}
 
-    k = args.k
-    print(f"LM {args.lm}, {args.max_tokens}-word chunks, k={k}, rerank depth {args.depth}, {len(questions)} questions")
-    columns = ("config", "chunks", "R@1", f"R@{k}", f"Ans@{k}", "Acc", "EM", "calls/q", "s/q")
-    widths = (18, 6, 6, 6, 6, 6, 6, 8, 6)
-    header = " ".join(
-        f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(columns, widths, strict=True))
-    )
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        values = (row["recall_at_1"], row["recall_at_k"], row["answer_at_k"], row["acc"], row["em"])
-        cells = [f"{row['config']:<{widths[0]}}", f"{row['chunks']:>{widths[1]}}"]
-        cells += [f"{v:>{w}.1f}" for v, w in zip(values, widths[2:7], strict=True)]
-        cells += [f"{row['lm_calls_per_q']:>{widths[7]}.2f}", f"{row['s_per_q']:>{widths[8]}.1f}"]
-        print(" ".join(cells))
-    base = rows[0]
-    for row in rows[1:]:  # each configuration against the first, paired over the same questions
-        row["versus"] = {"config": base["config"]} | {
-            name: paired_difference(row["records"], base["records"], key) for name, key in VERSUS
-        }
-        cells = ", ".join(f"{name} {row['versus'][name]}" for name, _ in VERSUS)
-        print(f"{row['config']} - {base['config']} (n = {row['n']}, paired 95% CI): {cells}")
-    for row in rows:
-        if row["grades"]:
-            print(f"grades {row['config']}: {json.dumps(row['grades'])}")
+    n = len(questions)
+    print(f"LM {args.lm}, {args.max_tokens}-word chunks, k={args.k}, rerank depth {args.depth}, {n} questions")
+    print(grounded.table(done, args.k))
+    print(f"\neach against {configs[0]}, paired over the questions ({grounded.RULE}):")
+    print(grounded.versus(done, args.k))
     for name, info in setup.items():
         print(f"ingest {name}: {json.dumps(info)}")
     print(f"grader: {json.dumps(grader)}")
+    about = {"settings": settings, "setup": setup, "grader": grader}
     if args.json_path is not None:
         args.json_path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {**settings, "setup": setup, "grader": grader, "rows": rows}
-        write_json(args.json_path, payload, indent=2)
+        write_json(args.json_path, {**about, "rows": rows, "records": done}, indent=2)
+    if args.publish:
+        command = "python benchmarks/documents.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        folder = publish_rows(RESULTS / args.publish, rows, done, grounded.KEPT, command=command, made_by=made_by,
+                              about=about)  # fmt: skip
+        print(f"\npublished to {folder}")
     return 0
 
 

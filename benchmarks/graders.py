@@ -35,7 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ragscale.experiments.files import write_json
-from ragscale.experiments.graded import format_table, made_here, publish, record, scores
+from ragscale.experiments.graded import format_table, publish, record, scores
+from ragscale.experiments.published import made_here
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

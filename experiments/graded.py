@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ragscale.experiments.published import MANIFEST, load, provenance
+from ragscale.experiments.published import load, publish_rows
 
 KEPT = ("passage_id", "label", "grade", "margin")
 """What is committed of each grade: which passage, the label the data gives it, the grade, and the margin."""
@@ -63,33 +62,15 @@ def separation(records: Sequence[dict]) -> dict[str, float | None]:
     return {"auc": auc, "best_threshold_accuracy": 100.0 * best / len(records)}
 
 
-def made_here() -> dict[str, str | None]:
-    """This machine, the git commit checked out and today's date, as a run records where it was made: what a
-    benchmark takes when it starts, so that a commit made while it runs is not named as its code."""
-    from ragscale.experiments.provenance import git_state, machine
-
-    made_by = {"git_commit": None, "git_dirty": None, **machine(), **git_state()}
-    return {**made_by, "date": datetime.now(UTC).date().isoformat()}
-
-
 def publish(
     folder: Path, rows: dict[str, dict], grades: dict[str, list[dict]], *, command: str, made_by: dict | None = None
 ) -> Path:
-    """Write each row's grades, as ``<name>.jsonl.gz``, and the manifest to ``folder`` (see the module docstring).
-    ``rows`` holds each row's settings and timings by its name (its optimizer, ``-calibrated`` added for a
-    calibrated grader): ``params`` (``optimizer``, ``demo_grades``, ...) and ``metrics`` (``compile_lm_calls``,
-    ...); ``made_by`` (``made_here()`` taken when the benchmark started; default: now) where they were made."""
-    from ragscale.experiments.files import write_json, write_jsonl_gz
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in set(folder.glob("*.jsonl.gz")) - {folder / f"{name}.jsonl.gz" for name in grades}:
-        stale.unlink()  # a row the folder held before and this benchmark did not grade
-    made_by = made_by or made_here()
-    for name, kept in grades.items():
-        write_jsonl_gz(folder / f"{name}.jsonl.gz", ({k: g[k] for k in KEPT} for g in kept))
-    runs = {name: {**row, "made": made_by} for name, row in rows.items()}
-    write_json(folder / MANIFEST, {**provenance(made_by, command), "runs": runs}, indent=2)
-    return folder
+    """Write each row's grades, as ``<name>.jsonl.gz``, and the manifest to ``folder`` (``published.publish_rows``,
+    see the module docstring). ``rows`` holds each row's settings and timings by its name (its optimizer,
+    ``-calibrated`` added for a calibrated grader): ``params`` (``optimizer``, ``demo_grades``, ...) and ``metrics``
+    (``compile_lm_calls``, ...); ``made_by`` (``published.made_here()`` taken when the benchmark started; default:
+    now) where they were made."""
+    return publish_rows(folder, rows, grades, KEPT, command=command, made_by=made_by)
 
 
 def table(folder: Path) -> str:

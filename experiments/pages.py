@@ -27,6 +27,8 @@ this list) and reads only its files, every score re-derived from the per-questio
   records (``sweep.published.report``; ``PART`` one of ``table``, ``grid``, ``claims``, ``fit``, ``estimates``);
 - ``graders FOLDER``: a grader benchmark's table, made again from every passage's committed grade
   (``graded.table``); ``grader FOLDER ROW SCORE`` one of its scores (``graded.scores``: ``accuracy``, ``auc``, ...);
+- ``documents FOLDER PART ...``: a documents benchmark's tables and numbers, made again from every question's
+  committed answer (``grounded.directive``);
 - ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);
 - ``rule``: the rule by which a family's differences are called real (``family.RULE``);
 - ``plan FILE``: the summary line of a sweep's plan (``ragscale sweep --plan-only``) kept as ``FILE``: its
@@ -186,13 +188,20 @@ def value(expr: str) -> str:
             raise DirectiveError(f"claims takes LABEL=FOLDER arguments of folders under {RESULTS}; got {args}")
         folders = [RESULTS / folder for _, _, folder in labelled]
         return "\n\n" + core_claims.table(folders, [label for label, _, _ in labelled]) + "\n\n"
+    if kind == "documents":
+        from ragscale.experiments.grounded import directive
+
+        try:
+            return directive(RESULTS / (args or [""])[0], args[1:])
+        except ValueError as exc:
+            raise DirectiveError(str(exc)) from exc
     arity = {
         "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "grader": 3, "diff": 3, "qpm": 2, "seconds": 3,
         "share": 3, "mean": 3, "made": 1, "command": 1, "cells": 2, "compiled": 1,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
-        valid = ", ".join(sorted([*arity, "claims", "paper", "plan", "rule"]))
+        valid = ", ".join(sorted([*arity, "claims", "documents", "paper", "plan", "rule"]))
         raise DirectiveError(f"unknown directive {kind!r}; valid: {valid}")
     if len(args) != arity[kind]:
         raise DirectiveError(f"{kind} takes {arity[kind]} argument(s), got {args}")

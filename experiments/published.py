@@ -82,6 +82,35 @@ def provenance(made_by: dict[str, str | None], command: str) -> dict[str, Any]:
     }
 
 
+def made_here() -> dict[str, str | None]:
+    """This machine, the git commit checked out and today's date, as a run records where it was made: what a
+    benchmark takes when it starts, so that a commit made while it runs is not named as its code."""
+    from ragscale.experiments.provenance import git_state, machine
+
+    made_by = {"git_commit": None, "git_dirty": None, **machine(), **git_state()}
+    return {**made_by, "date": datetime.now(UTC).date().isoformat()}
+
+
+def publish_rows(
+    folder: Path, rows: dict[str, dict], records: dict[str, Sequence[dict]], kept: Sequence[str], *, command: str,
+    made_by: dict | None = None, about: dict | None = None,
+) -> Path:  # fmt: skip
+    """A benchmark's rows, published as a method table's are: each row's ``records`` cut to the fields ``kept``, as
+    ``<name>.jsonl.gz``, and a manifest of the ``command``, the machine and commit (``made_by``, by default
+    ``made_here()``), each row's settings (``rows``: ``params``, ``metrics``, ...) and what else the benchmark says
+    of itself (``about``: its settings, its set-up's costs), so that ``load`` and the page directives ``made`` and
+    ``command`` read it. A row the folder held before and ``records`` lacks is removed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in set(folder.glob("*.jsonl.gz")) - {folder / f"{name}.jsonl.gz" for name in records}:
+        stale.unlink()
+    made_by = made_by or made_here()
+    for name, kept_rows in records.items():
+        write_jsonl_gz(folder / f"{name}.jsonl.gz", ({k: r.get(k) for k in kept} for r in kept_rows))
+    runs = {name: {**row, "made": made_by} for name, row in rows.items()}
+    write_json(folder / MANIFEST, {**provenance(made_by, command), **(about or {}), "runs": runs}, indent=2)
+    return folder
+
+
 def made(run: Any) -> dict[str, str | None]:
     """Where and when an MLflow run was made: the ``MADE`` tags it recorded (``provenance.py``) and the date it
     started."""
