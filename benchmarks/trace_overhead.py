@@ -1,16 +1,20 @@
 """What does ``--trace`` cost? The same run with and without MLflow traces of its questions.
 
-    python benchmarks/trace_overhead.py [--lm smollm2-135m] [--method rag] [--limit 20] [--rounds 2] [--json FILE]
+    python benchmarks/trace_overhead.py [--lm smollm2-135m] [--method rag] [--limit 20] [--rounds 2]
+        [--corpus questions] [--json FILE]
 
 Runs ``run_experiment`` (the path of ``ragscale run``) on the first ``--limit`` HotpotQA dev questions, untraced
 and traced in turn for ``--rounds`` rounds, each a fresh run in a temporary runs directory with DSPy's cache off and
-the model loaded once; reports the evaluation seconds of each and the traced/untraced ratio of their medians.
+the model loaded once; reports the evaluation seconds of each and the traced/untraced ratio of their medians. The
+corpus is by default the questions' own paragraphs, whose index builds in seconds: the tracing's cost is per call,
+whatever is searched. ``--json`` writes the seconds with the command, machine, commit and date.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -24,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--corpus", default="questions", help="what the runs retrieve from (default: questions)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
@@ -31,15 +36,18 @@ def main(argv: list[str] | None = None) -> int:
 
     prepare_process()
     from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.published import made_here
     from ragscale.experiments.runner import load_lm_for, run_experiment
 
+    made_by = made_here()  # the code and machine of this run, whatever is committed while it runs
     seconds: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as runs:
         lm = None
         for round_ in range(args.rounds):
             for traced in (False, True):
                 config = RunConfig(method=args.method, dataset="hotpotqa", lm=args.lm, limit=args.limit,
-                                   threads=args.threads, cache=False, trace=traced, runs_dir=Path(runs),
+                                   corpus=args.corpus, threads=args.threads, cache=False, trace=traced,
+                                   runs_dir=Path(runs),
                                    run_name=f"{'traced' if traced else 'untraced'}-{round_}")  # fmt: skip
                 lm = lm or load_lm_for(config)
                 summary = run_experiment(config, lm=lm, progress=False, fresh=True)
@@ -51,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {'on' if flag else 'off'} | {', '.join(f'{s:.1f}' for s in seconds[flag])} | {median:.1f} |")
     print(f"\ntraced / untraced: {traced / untraced:.3f}")
     if args.json:
-        write_json(args.json, {"lm": args.lm, "method": args.method, "limit": args.limit,
+        command = "python benchmarks/trace_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_json(args.json, {"command": command, "made": made_by, "lm": args.lm, "method": args.method,
+                               "limit": args.limit, "corpus": args.corpus, "threads": args.threads,
                                "seconds": {"off": seconds[False], "on": seconds[True]},
                                "ratio": traced / untraced}, indent=2)  # fmt: skip
     return 0
