@@ -99,10 +99,10 @@ def relevant(records: Sequence[dict]) -> str:
 
 
 def directive(folder: Path, args: Sequence[str]) -> str:
-    """The text of ``documents FOLDER PART ...``: ``table`` and ``versus`` (the tables), ``score CONFIG NAME`` (one
-    of ``scores``), ``diff CONFIG SCORE`` (its difference against the first configuration, as ``versus`` shows it),
-    ``relevant CONFIG`` (its grades), ``cost SETUP`` (the LM calls and seconds that writing a collection's contexts
-    took). Raises ValueError naming what is not there."""
+    """The text of ``documents FOLDER PART ...``: ``table`` and ``versus`` (the tables), ``rule`` (how ``versus``
+    calls a difference real), ``score CONFIG NAME`` (one of ``scores``), ``diff CONFIG SCORE`` (its difference
+    against the first configuration, as ``versus`` shows it), ``relevant CONFIG`` (its grades), ``cost SETUP`` (the
+    LM calls and seconds that writing a collection's contexts took). Raises ValueError naming what is not there."""
     from ragscale.experiments.compare import format_ci
     from ragscale.experiments.published import load
 
@@ -111,14 +111,16 @@ def directive(folder: Path, args: Sequence[str]) -> str:
     manifest, records = load(folder)
     part, *rest = args or [""]
     k = manifest["settings"]["k"]
-    arity = {"table": 0, "versus": 0, "score": 2, "diff": 2, "relevant": 1, "cost": 1}
+    arity = {"table": 0, "versus": 0, "rule": 0, "score": 2, "diff": 2, "relevant": 1, "cost": 1}
     if part not in arity or len(rest) != arity[part]:
-        raise ValueError(f"documents {folder.name}: {list(args)}; parts: table, versus, score CONFIG NAME, "
+        raise ValueError(f"documents {folder.name}: {list(args)}; parts: table, versus, rule, score CONFIG NAME, "
                          "diff CONFIG SCORE, relevant CONFIG, cost SETUP")  # fmt: skip
     if rest and part != "cost" and rest[0] not in records:
         raise ValueError(f"{folder.name}: no configuration {rest[0]!r}; it has {', '.join(records)}")
     if part in ("table", "versus"):
         return "\n\n" + (table if part == "table" else versus)(records, k) + "\n\n"
+    if part == "rule":
+        return RULE
     if part == "relevant":
         return relevant(records[rest[0]])
     if part == "cost":

@@ -62,13 +62,13 @@ def test_a_page_cites_the_published_answers_and_a_changed_answer_changes_it(fold
         "<!--= documents documents-test diff contextual EM -->x<!--/-->; "
         "<!--= documents documents-test relevant plain+fused -->x<!--/-->; "
         "<!--= documents documents-test cost contextual -->x<!--/-->; "
-        "<!--= made documents-test -->x<!--/-->"
+        "<!--= made documents-test -->x<!--/-->; <!--= documents documents-test rule -->x<!--/-->"
     )
     shown = pages.render(page)
     assert "| plain + rerank, fused order | 0.0 | 100.0 | 100.0 | 0.0 | 0.0 | 21.00 | 1.0 |" in shown
     assert "EM <!--= documents documents-test score contextual EM -->100.0<!--/-->" in shown
     assert "75% (12 of 16)" in shown and "79 LM calls (66 s)" in shown and "2026-11-28 on Test CPU" in shown
-    assert "+50.0 [" in shown
+    assert "+50.0 [" in shown and grounded.RULE in shown
 
     path = folder / "contextual.jsonl.gz"
     with gzip.open(path, "rt") as lines:
