@@ -62,9 +62,9 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PAPER = RESULTS / "paper-yue2024.json"
 """The numbers Yue et al. 2024 report, with where they were read from."""
-PAGES = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md")
+PAGES = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md", "docs/documents.md")
 """The pages whose directives ``benchmarks/pages.py`` renders and ``tests/test_pages.py`` checks."""
-WRITTEN = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md")
+WRITTEN = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md", "docs/documents.md")
 """The pages on which every result-shaped number is a directive's."""
 
 DIRECTIVE = re.compile(r"<!--= (?P<expr>[^>]*?) -->(?P<text>.*?)<!--/-->", re.S)
