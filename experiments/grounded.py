@@ -98,17 +98,18 @@ def relevant(records: Sequence[dict]) -> str:
     return f"{100.0 * grades['relevant'] / graded:.0f}% ({grades['relevant']} of {graded})"
 
 
-def directive(folder: Path, args: Sequence[str]) -> str:
+def directive(folder: Path, args: Sequence[str], loaded: tuple[dict, dict[str, list[dict]]] | None = None) -> str:
     """The text of ``documents FOLDER PART ...``: ``table`` and ``versus`` (the tables), ``rule`` (how ``versus``
     calls a difference real), ``score CONFIG NAME`` (one of ``scores``), ``diff CONFIG SCORE`` (its difference
     against the first configuration, as ``versus`` shows it), ``relevant CONFIG`` (its grades), ``cost SETUP`` (the
-    LM calls and seconds that writing a collection's contexts took). Raises ValueError naming what is not there."""
+    LM calls and seconds that writing a collection's contexts took); ``loaded``: the folder's manifest and records if
+    already read (``published.load``). Raises ValueError naming what is not there."""
     from ragscale.experiments.compare import format_ci
     from ragscale.experiments.published import load
 
     if not (folder / "manifest.json").is_file():
         raise ValueError(f"no published folder {folder.name!r} under {folder.parent}")
-    manifest, records = load(folder)
+    manifest, records = loaded or load(folder)
     part, *rest = args or [""]
     k = manifest["settings"]["k"]
     arity = {"table": 0, "versus": 0, "rule": 0, "score": 2, "diff": 2, "relevant": 1, "cost": 1}

@@ -192,7 +192,9 @@ def value(expr: str) -> str:
         from ragscale.experiments.grounded import directive
 
         try:
-            return directive(RESULTS / (args or [""])[0], args[1:])
+            folder = (args or [""])[0]
+            ready = _loaded(folder) if (RESULTS / folder / "manifest.json").is_file() else None
+            return directive(RESULTS / folder, args[1:], ready)
         except ValueError as exc:
             raise DirectiveError(str(exc)) from exc
     arity = {
