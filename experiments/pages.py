@@ -42,7 +42,8 @@ this list) and reads only its files, every score re-derived from the per-questio
   cell, its run's summary and each question's EM, F1 and Acc, no answers), as a table against the cell named
   ``BASELINE``: EM, F1, Acc and their differences made again from the per-question scores, the rest the summary's;
   ``compiled FOLDER``: each method's compiled cells against its uncompiled one, EM and F1, the EM differences one
-  family. The score kinds, ``share``, ``mean`` and ``diff`` read a folder of cells as they read a published one.
+  family. The score kinds, ``share``, ``mean``, ``diff`` and ``compiled`` read a folder of cells as they read a
+  published one.
 
 ``render`` rewrites the text of every directive of a page; ``python benchmarks/pages.py`` rewrites ``PAGES`` in
 place, and ``tests/test_pages.py`` checks that each page is what ``render`` gives and that no result-shaped number
@@ -210,7 +211,7 @@ def value(expr: str) -> str:
     if not (RESULTS / args[0]).is_dir():
         raise DirectiveError(f"no folder {args[0]!r} under {RESULTS}")
     cells = _is_cells(args[0])
-    if cells != (kind in ("cells", "compiled")) and kind not in (*SCORES, "share", "mean", "diff"):
+    if cells != (kind == "cells") and kind not in (*SCORES, "share", "mean", "diff", "compiled"):
         what = "a folder of cells" if cells else "a published folder"
         raise DirectiveError(f"{kind} does not read {args[0]}, {what}")
     if kind == "cells":
@@ -220,8 +221,15 @@ def value(expr: str) -> str:
         return "\n\n" + cells_table(_cells(args[0]), cis, args[1], SCORES) + "\n\n"
     if kind == "compiled":
         from ragscale.experiments.cells import compiled_table
+        from ragscale.experiments.published import row_of
 
-        return "\n\n" + compiled_table(_cells(args[0])) + "\n\n"
+        if cells:
+            return "\n\n" + compiled_table(_cells(args[0])) + "\n\n"
+        manifest, records = _loaded(args[0])  # each run as a cell: its row, optimizer and per-question scores
+        runs = {name: {"row": row_of(run["params"]), "optimizer": run["params"]["optimizer"],
+                       "scores": {r["id"]: {"em": r["em"], "f1": r["f1"]} for r in records[name]}}
+                for name, run in manifest["runs"].items()}  # fmt: skip
+        return "\n\n" + compiled_table(runs) + "\n\n"
     if kind == "table":
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
     if kind == "behaviour":

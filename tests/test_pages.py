@@ -131,3 +131,29 @@ def test_a_sweep_made_over_sittings_says_each_machine_with_the_span_of_its_dates
     monkeypatch.setattr(pages, "RESULTS", tmp_path)
     assert pages.value("made sweep") == "2026-11-27 to 2026-11-30 on AMD EPYC with avx2; 2026-12-01 on Xeon with avx2"
     assert pages.value("command sweep") == "`ragscale sweep --dataset hotpotqa`"
+
+
+def test_a_published_folders_compiled_runs_are_paired_with_their_uncompiled_run(tmp_path, monkeypatch):
+    import gzip
+    import json
+    import shutil
+
+    from ragscale.experiments import pages
+    from ragscale.experiments.published import MANIFEST, read_records
+
+    folder = tmp_path / "published"
+    shutil.copytree(pages.RESULTS / "core-hotpotqa-qwen2.5-coder-0.5b", folder)
+    records = read_records(folder / "rag-none.jsonl.gz")
+    right = next(r for r in records if r["em"] == 1.0)
+    right["em"], right["f1"] = 0.0, 0.0  # compiled RAG misses one question uncompiled RAG got: -0.2 EM of 500
+    with gzip.open(folder / "rag-bootstrap.jsonl.gz", "wt", encoding="utf-8") as out:
+        out.writelines(json.dumps(r) + "\n" for r in records)
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    rag = manifest["runs"]["rag-none"]
+    manifest["runs"]["rag-bootstrap"] = {**rag, "params": {**rag["params"], "optimizer": "bootstrap"}}
+    (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+
+    lines = render("<!--= compiled published -->x<!--/-->").splitlines()
+    assert lines[3:5] == ["|---|---|---|---|", "| rag | bootstrap | -0.2 [-0.6, +0.0] | -0.2 [-0.6, +0.0] |"]
+    assert len(lines) == 7  # DRAG and IterDRAG have no uncompiled run to pair with: no row
