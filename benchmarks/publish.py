@@ -1,15 +1,17 @@
 """Commit finished runs' per-question records beside the table a page cites, and print that table from them.
 
     python benchmarks/publish.py --runs-dir DIR --name NAME --command CMD --baseline METHOD-OPTIMIZER [RUN_ID ...]
+    python benchmarks/publish.py --runs-dir DIR --name NAME --command CMD --baseline METHOD-OPTIMIZER --cells OUT_DIR
     python benchmarks/publish.py --name NAME --baseline METHOD-OPTIMIZER --table
     python benchmarks/publish.py --runs-dir DIR --name NAME --command CMD --sweep SWEEP_DIR
 
-The first form copies the runs (by default the latest FINISHED run of each method, or oracle row, x optimizer in the
-store) to ``benchmarks/results/NAME/`` (``ragscale.experiments.published.publish``: the records gzip-compressed, a
-manifest with the command, machine, date and commit) and prints the table; the second prints the table from the
-committed folder alone. The third publishes a finished sweep (its folder, ``ragscale sweep`` says where: each
-configuration's records, ``ragscale.experiments.sweep.published``) and prints its report made again from them; a page
-cites them through a directive (``ragscale.experiments.pages``), which ``python benchmarks/pages.py`` renders.
+The first two forms copy the runs (by default the latest FINISHED run of each method, or oracle row, x optimizer in
+the store; with ``--cells``, the runs of a methods benchmark's ``--out-dir``, in its table's order) to
+``benchmarks/results/NAME/`` (``ragscale.experiments.published.publish``: the records gzip-compressed, a manifest with
+the command, machine, date and commit) and print the table; the third prints the table from the committed folder
+alone. The fourth publishes a finished sweep (its folder, ``ragscale sweep`` says where: each configuration's
+records, ``ragscale.experiments.sweep.published``) and prints its report made again from them; a page cites them
+through a directive (``ragscale.experiments.pages``), which ``python benchmarks/pages.py`` renders.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--command", help="the command that made the runs, as the manifest records it")
     parser.add_argument("--baseline", help="the run every other is paired against: METHOD-OPTIMIZER")
     parser.add_argument("--sweep", type=Path, help="publish the sweep whose results are in this folder")
+    parser.add_argument("--cells", type=Path, help="publish the runs of this folder of cells (methods.py --out-dir)")
     parser.add_argument("--table", action="store_true", help="print the table from the committed folder only")
     args = parser.parse_args(argv)
 
@@ -50,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.table:
         if args.runs_dir is None or args.command is None:
             parser.error("publishing needs --runs-dir and --command (or give --table)")
+        if args.cells is not None:
+            from ragscale.experiments.cells import load as load_cells
+
+            args.run_ids = [cell["mlflow_run_id"] for cell in load_cells(args.cells).values()]
         publish(args.runs_dir, args.run_ids or latest_runs(args.runs_dir), folder, command=args.command)
     print(table(folder, args.baseline))
     return 0

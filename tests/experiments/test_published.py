@@ -85,3 +85,31 @@ def test_a_later_sitting_adopts_the_published_cells_and_refuses_one_made_otherwi
         sitting(2, adopt=folder).done("hotpotqa", "rag", "none")
     with pytest.raises(SystemExit, match="rag-none was made with corpus=hotpotqa, this benchmark asks corpus="):
         sitting(None, adopt=folder, corpus="questions").done("hotpotqa", "rag", "none")
+
+
+def test_a_methods_benchmarks_cells_are_published_in_their_tables_order(tmp_path, data_dir, monkeypatch):
+    benchmarks = Path(__file__).parents[2] / "benchmarks"
+    modules = {}
+    for name in ("cells", "publish"):
+        spec = importlib.util.spec_from_file_location(name, benchmarks / f"{name}.py")
+        modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    runs, out = tmp_path / "runs", tmp_path / "cells"
+
+    class ScriptedCells(modules["cells"].Cells):  # the script's cells, answered by the scripted LM
+        def config_of(self, *cell):
+            return replace(super().config_of(*cell), adapter="chat", data_dir=data_dir, threads=1)
+
+        def _lm(self, *args, **kwargs):
+            return scripted_lm(SCRIPT)
+
+    benchmark = ScriptedCells(lm="smollm2-135m", teacher=None, limit=None, train_limit=2, runs_dir=runs,
+                              out_dir=out, docs=2)  # fmt: skip
+    ran = [benchmark.run("hotpotqa", row, "none")["mlflow_run_id"] for row in ("rag", "closed-book")]
+    monkeypatch.setattr(modules["publish"], "RESULTS", tmp_path / "results")
+    command = ["--runs-dir", str(runs), "--name", "m", "--command", "pytest", "--baseline", "rag-none"]
+    assert modules["publish"].main([*command, "--cells", str(out)]) == 0
+
+    manifest, records = load(tmp_path / "results" / "m")
+    assert list(records) == ["closed-book-none", "rag-none"]  # the table's order, not the order they ran in
+    assert [manifest["runs"][name]["run_id"] for name in records] == ran[::-1]
