@@ -3,17 +3,20 @@
 ``publish`` copies runs from an MLflow store into a folder (``benchmarks/results/<name>/``): each run's per-question
 records (``predictions.jsonl`` cut to ``KEPT``: id, prediction, gold answers, EM/F1/Acc, retrieval recall, the passages
 retrieved, LM calls and tokens, behaviour, error) as ``<row>-<optimizer>.jsonl.gz`` (the row: its method, or the oracle
-its retriever names), and a ``manifest.json`` with the command, the date, the machine (CPU model and code-path flags),
-the git commit and each run's params and metrics. ``load`` reads a folder back, and ``table`` writes the comparison
-table a page cites from the files alone: every score re-derived from the records (``evaluate.record_scores``), each
-difference paired against the baseline over question ids (``compare.paired_bootstrap``) and marked as one family
-(``family``); only questions per minute, a timing, comes from the manifest.
+its retriever names), a compiled run's program (its demonstrations and instructions, DSPy's JSON) as
+``<row>-<optimizer>.program.json``, and a ``manifest.json`` with the command, the date, the machine (CPU model and
+code-path flags), the git commit and each run's params and metrics. ``load`` reads a folder back, and ``table``
+writes the comparison table a page cites from the files alone: every score re-derived from the records
+(``evaluate.record_scores``), each difference paired against the baseline over question ids
+(``compare.paired_bootstrap``) and marked as one family (``family``); only questions per minute, a timing, comes from
+the manifest.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +42,7 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
     stay, so a table measured over several sittings, or machines, gathers in one folder (each run keeps the
     machine and date it was made on)."""
     from ragscale.experiments import tracking
+    from ragscale.experiments.runner import PROGRAM
 
     folder.mkdir(parents=True, exist_ok=True)
     client = tracking.client(runs_dir)
@@ -48,6 +52,8 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
         params = run.data.params
         name = f"{row_of(params)}-{params['optimizer']}"
         write_records(folder / f"{name}.jsonl.gz", runs_dir, run_id, name)
+        if params["optimizer"] != "none":  # what compiling learned: its demonstrations and instructions
+            shutil.copyfile(tracking.artifact_path(runs_dir, run_id, PROGRAM), folder / f"{name}.program.json")
         made_by = made(run)
         runs[name] = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics), "made": made_by}
     write_json(folder / MANIFEST, {**provenance(made_by, command), "runs": runs}, indent=2)

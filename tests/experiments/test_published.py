@@ -2,6 +2,7 @@
 
 import gzip
 import importlib.util
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,11 +106,16 @@ def test_a_methods_benchmarks_cells_are_published_in_their_tables_order(tmp_path
 
     benchmark = ScriptedCells(lm="smollm2-135m", teacher=None, limit=None, train_limit=2, runs_dir=runs,
                               out_dir=out, docs=2)  # fmt: skip
-    ran = [benchmark.run("hotpotqa", row, "none")["mlflow_run_id"] for row in ("rag", "closed-book")]
+    cells = (("rag", "none"), ("closed-book", "none"), ("rag", "labeled"))
+    ran = [benchmark.run("hotpotqa", *cell)["mlflow_run_id"] for cell in cells]
     monkeypatch.setattr(modules["publish"], "RESULTS", tmp_path / "results")
     command = ["--runs-dir", str(runs), "--name", "m", "--command", "pytest", "--baseline", "rag-none"]
     assert modules["publish"].main([*command, "--cells", str(out)]) == 0
 
     manifest, records = load(tmp_path / "results" / "m")
-    assert list(records) == ["closed-book-none", "rag-none"]  # the table's order, not the order they ran in
-    assert [manifest["runs"][name]["run_id"] for name in records] == ran[::-1]
+    assert list(records) == ["closed-book-none", "rag-none", "rag-labeled"]  # the table's order, not the run's
+    assert [manifest["runs"][name]["run_id"] for name in records] == [ran[1], ran[0], ran[2]]
+    kept = sorted(path.name for path in (tmp_path / "results" / "m").glob("*.program.json"))
+    assert kept == ["rag-labeled.program.json"]  # what compiling learned, beside the runs compiled
+    program = json.loads((tmp_path / "results" / "m" / kept[0]).read_text(encoding="utf-8"))
+    assert program["answer"]["demos"]
