@@ -17,6 +17,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from ragscale.experiments.files import write_json
@@ -43,17 +44,17 @@ def main(argv: list[str] | None = None) -> int:
     made_by = made_here()  # the code and machine of this run, whatever is committed while it runs
     seconds: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as runs:
-        lm = None
-        for round_ in range(-1, args.rounds):  # round -1 warms up: the decode step compiles on the first call
-            for traced in (False, True) if round_ >= 0 else (False,):
-                config = RunConfig(method=args.method, dataset="hotpotqa", lm=args.lm, limit=args.limit,
-                                   corpus=args.corpus, threads=args.threads, cache=False, trace=traced,
-                                   runs_dir=Path(runs),
-                                   run_name=f"{'traced' if traced else 'untraced'}-{round_}")  # fmt: skip
-                lm = lm or load_lm_for(config)
-                summary = run_experiment(config, lm=lm, progress=False, fresh=True)
-                if round_ >= 0:
-                    seconds[traced].append(summary["eval_s"])
+        config = RunConfig(method=args.method, dataset="hotpotqa", lm=args.lm, limit=args.limit, corpus=args.corpus,
+                           threads=args.threads, cache=False, runs_dir=Path(runs))  # fmt: skip
+        lm = load_lm_for(config)
+        run_experiment(replace(config, run_name="warm-up"), lm=lm, progress=False, fresh=True)  # compiles the step
+        for round_ in range(args.rounds):
+            for traced in (False, True):
+                name = f"{'traced' if traced else 'untraced'}-{round_}"
+                summary = run_experiment(
+                    replace(config, trace=traced, run_name=name), lm=lm, progress=False, fresh=True
+                )
+                seconds[traced].append(summary["eval_s"])
     untraced, traced = (statistics.median(seconds[t]) for t in (False, True))
     print(f"\n{args.method} on {args.limit} HotpotQA questions, {args.lm}, {args.threads} threads\n")
     print("| tracing | eval s per round | median s |\n|---|---|--:|")
