@@ -194,7 +194,7 @@ def value(expr: str) -> str:
 
         try:
             folder = (args or [""])[0]
-            ready = _loaded(folder) if (RESULTS / folder / "manifest.json").is_file() else None
+            ready = None if _is_cells(folder) else _loaded(folder)
             return directive(RESULTS / folder, args[1:], ready)
         except ValueError as exc:
             raise DirectiveError(str(exc)) from exc

@@ -134,11 +134,11 @@ def test_a_sweep_made_over_sittings_says_each_machine_with_the_span_of_its_dates
 
 
 def test_a_published_folders_compiled_runs_are_paired_with_their_uncompiled_run(tmp_path, monkeypatch):
-    import gzip
     import json
     import shutil
 
     from ragscale.experiments import pages
+    from ragscale.experiments.files import write_jsonl_gz
     from ragscale.experiments.published import MANIFEST, read_records
 
     folder = tmp_path / "published"
@@ -146,8 +146,7 @@ def test_a_published_folders_compiled_runs_are_paired_with_their_uncompiled_run(
     records = read_records(folder / "rag-none.jsonl.gz")
     right = next(r for r in records if r["em"] == 1.0)
     right["em"], right["f1"] = 0.0, 0.0  # compiled RAG misses one question uncompiled RAG got: -0.2 EM of 500
-    with gzip.open(folder / "rag-bootstrap.jsonl.gz", "wt", encoding="utf-8") as out:
-        out.writelines(json.dumps(r) + "\n" for r in records)
+    write_jsonl_gz(folder / "rag-bootstrap.jsonl.gz", records)
     manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     rag = manifest["runs"]["rag-none"]
     manifest["runs"]["rag-bootstrap"] = {**rag, "params": {**rag["params"], "optimizer": "bootstrap"}}
