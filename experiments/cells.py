@@ -1,18 +1,12 @@
 """A folder of a methods benchmark's cells read back (``benchmarks/cells.py``: one JSON a cell, its run's summary and
-each question's EM, F1 and Acc, no answers): each cell's scores made again from its per-question scores, and the
-paired differences between cells, adjusted as one family, from which ``pages.py`` writes a page's tables."""
+each question's EM, F1 and Acc, no answers): each cell's scores made again from its per-question scores, which
+``benchmarks/publish.py --cells`` publishes, and the paired differences between cells, adjusted as one family, from
+which ``pages.py`` writes a table of compiled runs against uncompiled ones."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-
-
-def is_cells(folder: Path) -> bool:
-    """Whether ``folder`` holds a methods benchmark's cells rather than published runs (which have a manifest)."""
-    from ragscale.experiments.published import MANIFEST
-
-    return not (folder / MANIFEST).is_file()
 
 
 def load(folder: Path) -> dict[str, dict]:
@@ -29,7 +23,7 @@ def load(folder: Path) -> dict[str, dict]:
         means = {k: round(100 * sum(s[k] for s in scores) / len(scores), 2) for k in ("em", "f1", "acc")}
         cells[name] = {**cell, **means, "n": len(scores)}
     if not cells:
-        raise ValueError(f"{folder.name}: no cells (*.json) and no manifest")
+        raise ValueError(f"{folder.name}: no cells (*.json)")
     order = list(PROGRAMS)
 
     def place(name: str) -> tuple:
@@ -65,26 +59,4 @@ def compiled_table(cells: dict[str, dict]) -> str:
     for (name, _), em, f1 in zip(pairs, differences(cells, pairs), differences(cells, pairs, "f1"), strict=True):
         cell = cells[name]
         lines.append(f"| {cell['row']} | {cell['optimizer']} | {format_ci(em)} | {format_ci(f1, mark=False)} |")
-    return "\n".join(lines)
-
-
-def table(cells: dict[str, dict], cis: dict, baseline: str, formats: dict[str, tuple[str, str]]) -> str:
-    """The cells as a table against ``baseline``: each cell's scores (``formats``: a score's key and format by
-    name, as ``pages.SCORES``), its EM difference from the baseline (``cis``, by cell name), its speed, compile time
-    and behaviour."""
-    from ragscale.experiments.compare import format_behaviour, format_ci
-
-    lines = [
-        "| method | optimizer | n | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q "
-        "| effective context / q | q / min | compile s | behaviour |",
-        "|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|---|",
-    ]
-    for name, ci in cis.items():
-        cell = cells[name]
-        shown = {kind: "" if cell[key] is None else fmt.format(cell[key]) for kind, (key, fmt) in formats.items()}
-        row = [cell["row"], cell["optimizer"], shown["n"], shown["em"], format_ci(ci, name == baseline),
-               shown["f1"], shown["acc"], shown["recall"], shown["calls"], shown["context"],
-               f"{cell['questions_per_minute']:.1f}", f"{cell['compile_s']:,.0f}",
-               format_behaviour(cell["behaviour"])]  # fmt: skip
-        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

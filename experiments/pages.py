@@ -10,8 +10,8 @@ result comes from, followed by the text it writes and a closing comment::
     <!--/-->
 
 or inline: ``RAG answers <!--= em methods-hotpotqa-qwen2.5-coder-0.5b rag-none -->23.0<!--/--> EM``. Each
-directive names a published folder under ``benchmarks/results/`` (``published.py``; or a folder of cells, last in
-this list) and reads only its files, every score re-derived from the per-question records:
+directive names a published folder under ``benchmarks/results/`` (``published.py``) and reads only its files, every
+score re-derived from the per-question records:
 
 - ``table FOLDER BASELINE``: the folder's comparison table (``published.table``);
 - ``em``, ``f1``, ``acc``, ``recall``, ``context``, ``calls``, ``n`` ``FOLDER RUN``: one run's score;
@@ -38,12 +38,8 @@ this list) and reads only its files, every score re-derived from the per-questio
 - ``made FOLDER``: the date and machine (CPU model and code-path flags) the folder's runs were made on, each with
   its runs where they were made on several;
 - ``command FOLDER``: the command that made them, as code;
-- ``cells FOLDER BASELINE``: a folder of a methods benchmark's cells instead (``benchmarks/cells.py``: one JSON a
-  cell, its run's summary and each question's EM, F1 and Acc, no answers), as a table against the cell named
-  ``BASELINE``: EM, F1, Acc and their differences made again from the per-question scores, the rest the summary's;
-  ``compiled FOLDER``: each method's compiled cells against its uncompiled one, EM and F1, the EM differences one
-  family. The score kinds, ``share``, ``mean``, ``diff`` and ``compiled`` read a folder of cells as they read a
-  published one.
+- ``compiled FOLDER``: each method's compiled runs against its uncompiled one, EM and F1, the EM differences one
+  family.
 
 ``render`` rewrites the text of every directive of a page; ``python benchmarks/pages.py`` rewrites ``PAGES`` in
 place, and ``tests/test_pages.py`` checks that each page is what ``render`` gives and that no result-shaped number
@@ -91,37 +87,15 @@ class DirectiveError(ValueError):
 @cache
 def _compared(folder: str, baseline: str) -> dict:
     """Each run by name, the baseline first, with its EM against the baseline's (``ci``), as its table pairs it."""
-    if _is_cells(folder):
-        _scores(folder, baseline)  # a baseline it lacks: an error naming its runs
-        others = [name for name in _cells(folder) if name != baseline]
-        cis = _differences(folder, tuple((name, baseline) for name in others))
-        return {baseline: {"ci": None}} | {name: {"ci": ci} for name, ci in zip(others, cis, strict=True)}
     from ragscale.experiments.published import compared
 
     return compared(RESULTS / folder, baseline)
 
 
-def _is_cells(folder: str) -> bool:
-    from ragscale.experiments.cells import is_cells
+def _published(folder: str) -> bool:
+    from ragscale.experiments.published import MANIFEST
 
-    return is_cells(RESULTS / folder)
-
-
-@cache
-def _cells(folder: str) -> dict[str, dict]:
-    from ragscale.experiments.cells import load
-
-    try:
-        return load(RESULTS / folder)
-    except ValueError as exc:
-        raise DirectiveError(str(exc)) from exc
-
-
-@cache
-def _differences(folder: str, pairs: tuple[tuple[str, str], ...]) -> list:
-    from ragscale.experiments.cells import differences
-
-    return differences(_cells(folder), pairs)
+    return (RESULTS / folder / MANIFEST).is_file()
 
 
 @cache
@@ -147,14 +121,13 @@ def _graded(folder: str) -> dict[str, dict]:
 
 @cache
 def _scores(folder: str, run: str) -> dict:
-    """One run's scores: re-derived from its records (``evaluate.record_scores``), or a cell's (``_cells``)."""
+    """One run's scores, re-derived from its records (``evaluate.record_scores``)."""
     from ragscale.experiments.evaluate import record_scores
 
-    cells = _is_cells(folder)
-    runs = _cells(folder) if cells else _loaded(folder)[1]
+    runs = _loaded(folder)[1]
     if run not in runs:
         raise DirectiveError(f"{folder}: no run named {run!r}; its runs: {', '.join(runs)}")
-    return runs[run] if cells else record_scores(runs[run])
+    return record_scores(runs[run])
 
 
 def value(expr: str) -> str:
@@ -194,13 +167,13 @@ def value(expr: str) -> str:
 
         try:
             folder = (args or [""])[0]
-            ready = None if _is_cells(folder) else _loaded(folder)
+            ready = _loaded(folder) if _published(folder) else None
             return directive(RESULTS / folder, args[1:], ready)
         except ValueError as exc:
             raise DirectiveError(str(exc)) from exc
     arity = {
         "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "grader": 3, "diff": 3, "qpm": 2, "seconds": 3,
-        "share": 3, "mean": 3, "made": 1, "command": 1, "cells": 2, "compiled": 1,
+        "share": 3, "mean": 3, "made": 1, "command": 1, "compiled": 1,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
@@ -210,21 +183,12 @@ def value(expr: str) -> str:
         raise DirectiveError(f"{kind} takes {arity[kind]} argument(s), got {args}")
     if not (RESULTS / args[0]).is_dir():
         raise DirectiveError(f"no folder {args[0]!r} under {RESULTS}")
-    cells = _is_cells(args[0])
-    if cells != (kind == "cells") and kind not in (*SCORES, "share", "mean", "diff", "compiled"):
-        what = "a folder of cells" if cells else "a published folder"
-        raise DirectiveError(f"{kind} does not read {args[0]}, {what}")
-    if kind == "cells":
-        from ragscale.experiments.cells import table as cells_table
-
-        cis = {name: run["ci"] for name, run in _compared(*args).items()}
-        return "\n\n" + cells_table(_cells(args[0]), cis, args[1], SCORES) + "\n\n"
+    if not _published(args[0]):
+        raise DirectiveError(f"{args[0]} is not a published folder: it has no manifest")
     if kind == "compiled":
         from ragscale.experiments.cells import compiled_table
         from ragscale.experiments.published import row_of
 
-        if cells:
-            return "\n\n" + compiled_table(_cells(args[0])) + "\n\n"
         manifest, records = _loaded(args[0])  # each run as a cell: its row, optimizer and per-question scores
         runs = {name: {"row": row_of(run["params"]), "optimizer": run["params"]["optimizer"],
                        "scores": {r["id"]: {"em": r["em"], "f1": r["f1"]} for r in records[name]}}

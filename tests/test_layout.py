@@ -38,7 +38,6 @@ KEPT_WHOLE = {
     "experiments/sweep/run.py": "a sweep's run, from its set-up to its stored results",
     "experiments/sweep/estimate.py": "a grid point's estimate, from its program's paths to their calibration",
     "experiments/sweep/claims.py": "the paper's claims, each with the comparisons that decide it and its verdict rule",
-    "experiments/pages.py": "every directive a page may write, each read from its committed files",
     "experiments/evaluate.py": "a run's questions answered and scored, and the summary their records give",
 }
 """The source files allowed over ``LONG_FILE_LINES`` lines, each with the one concept that keeps it whole."""

@@ -38,39 +38,8 @@ def test_a_changed_number_fails_and_a_bad_directive_names_its_line():
     assert render(f"<!--= command {demo} -->x<!--/-->") == f"<!--= command {demo} -->`make demo`<!--/-->"
     with pytest.raises(DirectiveError, match="no folder 'nowhere'"):
         render("<!--= em nowhere rag-none -->x<!--/-->")
-
-
-def test_a_folder_of_cells_is_written_from_each_questions_scores(tmp_path, monkeypatch):
-    import json
-    import shutil
-
-    from ragscale.experiments import pages
-
-    for name in ("kept", "changed"):  # two names: the directives' caches are by folder
-        shutil.copytree(pages.RESULTS / "methods-qwen2.5-coder-0.5b", tmp_path / name)
-    path = tmp_path / "changed" / "hotpotqa__self-rag__bootstrap__n100.json"
-    cell = json.loads(path.read_text(encoding="utf-8"))
-    right = next(i for i, scores in cell["scores"].items() if scores["em"] == 1.0 and scores["f1"] == 1.0)
-    cell["scores"][right]["em"] = 0.0  # one question fewer exactly right: EM 27.0 -> 26.0
-    cell["em"] = 99.0  # the summary's EM is not what the page shows
-    path.write_text(json.dumps(cell), encoding="utf-8")
-    monkeypatch.setattr(pages, "RESULTS", tmp_path)
-    kept = render("<!--= cells kept rag-none -->x<!--/-->\n<!--= compiled kept -->x<!--/-->")
-    assert "| rag | none | 100 | 26.0 | baseline | 34.0 | 29.0 | 81.0 | 1.06 | 705 | 28.3 | 0 | none |" in kept
-    assert "| self-rag | bootstrap | 100 | 27.0 | +1.0 [-6.0, +8.0] | 33.5 | 31.0 | 68.0 |" in kept
-    assert "| self-rag | none | 100 | 8.0 | -18.0 [-26.0, -11.0] * |" in kept  # real within the table's family
-    assert "| self-rag | bootstrap | +19.0 [+11.0, +28.0] * | +18.0 [+9.8, +26.8] |" in kept  # F1 never marked
-    changed = render(kept.replace("kept", "changed"))
-    assert "| self-rag | bootstrap | 100 | 26.0 | +0.0 [" in changed and "| 99.0 |" not in changed
-    assert (
-        render("<!--= em changed self-rag-bootstrap -->x<!--/-->")
-        == "<!--= em changed self-rag-bootstrap -->26.0<!--/-->"
-    )
-    assert render("<!--= share kept crag-none graded_relevant -->x<!--/-->").endswith("-->99%<!--/-->")
-    with pytest.raises(DirectiveError, match="table does not read kept, a folder of cells"):
-        render("<!--= table kept rag-none -->x<!--/-->")
-    with pytest.raises(DirectiveError, match="no run named 'rag-gepa'"):
-        render("<!--= cells kept rag-gepa -->x<!--/-->")
+    with pytest.raises(DirectiveError, match="retrieval is not a published folder: it has no manifest"):
+        render("<!--= em retrieval rag-none -->x<!--/-->")  # a folder of JSON files, not of published runs
 
 
 def test_result_shaped_numbers_outside_directives_and_code_are_found_with_their_lines():
