@@ -107,9 +107,11 @@ def directive(folder: Path, args: Sequence[str], loaded: tuple[dict, dict[str, l
     from ragscale.experiments.compare import format_ci
     from ragscale.experiments.published import load
 
-    if not (folder / "manifest.json").is_file():
-        raise ValueError(f"no published folder {folder.name!r} under {folder.parent}")
-    manifest, records = loaded or load(folder)
+    if loaded is None:
+        if not (folder / "manifest.json").is_file():
+            raise ValueError(f"no published folder {folder.name!r} under {folder.parent}")
+        loaded = load(folder)
+    manifest, records = loaded
     part, *rest = args or [""]
     k = manifest["settings"]["k"]
     arity = {"table": 0, "versus": 0, "rule": 0, "score": 2, "diff": 2, "relevant": 1, "cost": 1}

@@ -133,7 +133,7 @@ def _scores(folder: str, run: str) -> dict:
 def value(expr: str) -> str:
     """The text the directive ``expr`` writes (see the module docstring)."""
     from ragscale.experiments.compare import format_ci
-    from ragscale.experiments.published import table
+    from ragscale.experiments.published import compiled_table, table
 
     kind, *args = expr.split()
     if kind == "rule" and not args:
@@ -186,14 +186,7 @@ def value(expr: str) -> str:
     if not _published(args[0]):
         raise DirectiveError(f"{args[0]} is not a published folder: it has no manifest")
     if kind == "compiled":
-        from ragscale.experiments.cells import compiled_table
-        from ragscale.experiments.published import row_of
-
-        manifest, records = _loaded(args[0])  # each run as a cell: its row, optimizer and per-question scores
-        runs = {name: {"row": row_of(run["params"]), "optimizer": run["params"]["optimizer"],
-                       "scores": {r["id"]: {"em": r["em"], "f1": r["f1"]} for r in records[name]}}
-                for name, run in manifest["runs"].items()}  # fmt: skip
-        return "\n\n" + compiled_table(runs) + "\n\n"
+        return "\n\n" + compiled_table(RESULTS / args[0]) + "\n\n"
     if kind == "table":
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
     if kind == "behaviour":

@@ -192,3 +192,28 @@ def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) 
                  f"{scores[EFFECTIVE_CONTEXT]:,.0f}", f"{run['questions_per_minute']:.1f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def compiled_table(folder: Path) -> str:
+    """Each method's compiled runs in ``folder`` against its uncompiled run, paired over question ids: EM, whose
+    differences are one family (``family.adjust``), and F1 beside it, adjusted as its own."""
+    from ragscale.experiments import family
+    from ragscale.experiments.compare import format_ci, paired_bootstrap
+
+    manifest, records = load(folder)
+    params = {name: run["params"] for name, run in manifest["runs"].items()}
+    pairs = [
+        (name, f"{row_of(p)}-none")
+        for name, p in params.items()
+        if p["optimizer"] != "none" and f"{row_of(p)}-none" in records
+    ]
+
+    def adjusted(score: str) -> list:
+        points = {name: {r["id"]: 100.0 * r[score] for r in rows} for name, rows in records.items()}
+        return family.adjust([paired_bootstrap(points[a], points[b]) for a, b in pairs])
+
+    lines = ["| method | optimizer | dEM [95% CI] | dF1 [95% CI] |", "|---|---|---|---|"]
+    for (name, _), em, f1 in zip(pairs, adjusted("em"), adjusted("f1"), strict=True):
+        lines.append(f"| {row_of(params[name])} | {params[name]['optimizer']} | {format_ci(em)} | "
+                     f"{format_ci(f1, mark=False)} |")  # fmt: skip
+    return "\n".join(lines)
