@@ -11,7 +11,7 @@ from pathlib import Path
 def load(folder: Path) -> dict[str, dict]:
     """The cells by name (``<row>-<optimizer>``), in their table's order (each method as registered, uncompiled
     first, then the oracle rows), each cell's EM, F1, Acc and n made again from its per-question scores."""
-    from ragscale.programs import PROGRAMS
+    from ragscale.experiments.published import table_order
 
     cells = {}
     for path in sorted(folder.glob("*.json")):
@@ -23,10 +23,4 @@ def load(folder: Path) -> dict[str, dict]:
         cells[name] = {**cell, **means, "n": len(scores)}
     if not cells:
         raise ValueError(f"{folder.name}: no cells (*.json)")
-    order = list(PROGRAMS)
-
-    def place(name: str) -> tuple:
-        row = cells[name]["row"]
-        return row not in order, order.index(row) if row in order else 0, cells[name]["optimizer"] != "none", name
-
-    return {name: cells[name] for name in sorted(cells, key=place)}
+    return {name: cells[name] for name in table_order({n: (c["row"], c["optimizer"]) for n, c in cells.items()})}

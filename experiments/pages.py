@@ -86,7 +86,7 @@ class DirectiveError(ValueError):
 
 @cache
 def _compared(folder: str, baseline: str) -> dict:
-    """Each run by name, the baseline first, with its EM against the baseline's (``ci``), as its table pairs it."""
+    """Each run by name, in the table's order, with its EM against the baseline's (``ci``), as its table pairs it."""
     from ragscale.experiments.published import compared
 
     return compared(RESULTS / folder, baseline)
@@ -191,12 +191,12 @@ def value(expr: str) -> str:
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
     if kind == "behaviour":
         from ragscale.experiments.compare import format_behaviour
-        from ragscale.experiments.published import row_of
+        from ragscale.experiments.published import row_of, table_order
 
-        manifest, lines = _loaded(args[0])[0], ["| method | optimizer | behaviour |", "|---|---|---|"]
-        for name, run in manifest["runs"].items():
+        runs, lines = _loaded(args[0])[0]["runs"], ["| method | optimizer | behaviour |", "|---|---|---|"]
+        for name in table_order({n: (row_of(run["params"]), run["params"]["optimizer"]) for n, run in runs.items()}):
             shown = format_behaviour(_scores(args[0], name)["behaviour"])
-            lines.append(f"| {row_of(run['params'])} | {run['params']['optimizer']} | {shown} |")
+            lines.append(f"| {row_of(runs[name]['params'])} | {runs[name]['params']['optimizer']} | {shown} |")
         return "\n\n" + "\n".join(lines) + "\n\n"
     if kind == "graders":
         from ragscale.experiments.graded import table as graders_table

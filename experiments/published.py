@@ -131,6 +131,20 @@ def row_of(params: dict[str, str]) -> str:
     return params.get("retriever_identity") or params["method"]
 
 
+def table_order(rows: dict[str, tuple[str, str]]) -> list[str]:
+    """The names of ``rows`` (name -> row, optimizer) in a table's order: each method as registered, uncompiled
+    first, then the rows no method names (the oracles) by name."""
+    from ragscale.programs import PROGRAMS
+
+    order = list(PROGRAMS)
+
+    def place(name: str) -> tuple:
+        row, optimizer = rows[name]
+        return row not in order, order.index(row) if row in order else 0, optimizer != "none", name
+
+    return sorted(rows, key=place)
+
+
 def load_manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
 
@@ -158,7 +172,8 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
     if baseline not in records:
         raise KeyError(f"{folder}: no run named {baseline!r}; its runs: {', '.join(records)}")
     em = em_by_run(records)
-    names = list(records)
+    runs = manifest["runs"]
+    names = table_order({name: (row_of(runs[name]["params"]), runs[name]["params"]["optimizer"]) for name in records})
     cis = family.adjust(
         [None if name == baseline else paired_bootstrap(em[name], em[baseline], resamples=resamples, seed=seed)
          for name in names]
@@ -202,10 +217,11 @@ def compiled_table(folder: Path) -> str:
 
     manifest, records = load(folder)
     params = {name: run["params"] for name, run in manifest["runs"].items()}
+    names = table_order({name: (row_of(p), p["optimizer"]) for name, p in params.items()})
     pairs = [
-        (name, f"{row_of(p)}-none")
-        for name, p in params.items()
-        if p["optimizer"] != "none" and f"{row_of(p)}-none" in records
+        (name, f"{row_of(params[name])}-none")
+        for name in names
+        if params[name]["optimizer"] != "none" and f"{row_of(params[name])}-none" in records
     ]
 
     def adjusted(score: str) -> list:

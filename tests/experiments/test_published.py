@@ -54,6 +54,9 @@ def test_published_records_give_back_the_summary_and_the_table_pairs_them_agains
         and f"| {rag['f1']:.1f} | {rag['acc']:.1f} |" in lines[3]
     )
     assert lines[4].startswith(f"| oracle-gold | none | {summaries[2]['em']:.1f} | ")
+    backwards = publish(runs, [s["mlflow_run_id"] for s in reversed(summaries)], tmp_path / "b", command="pytest")
+    assert list(load(backwards)[1]) == ["oracle-gold-none", "rag-none", "closed-book-none"]
+    assert table(backwards, "closed-book-none") == table(folder, "closed-book-none")  # shown in the table's order
 
 
 def test_a_later_sitting_adopts_the_published_cells_and_refuses_one_made_otherwise(tmp_path, data_dir):
