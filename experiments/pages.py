@@ -39,7 +39,7 @@ score re-derived from the per-question records:
   its runs where they were made on several;
 - ``command FOLDER``: the command that made them, as code;
 - ``compiled FOLDER``: each method's compiled runs against its uncompiled one, EM and F1, the EM differences one
-  family.
+  family; ``against FOLDER OPTIMIZER``: the same against each method's run under ``OPTIMIZER``.
 
 ``render`` rewrites the text of every directive of a page; ``python benchmarks/pages.py`` rewrites ``PAGES`` in
 place, and ``tests/test_pages.py`` checks that each page is what ``render`` gives and that no result-shaped number
@@ -173,7 +173,7 @@ def value(expr: str) -> str:
             raise DirectiveError(str(exc)) from exc
     arity = {
         "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "grader": 3, "diff": 3, "qpm": 2, "seconds": 3,
-        "share": 3, "mean": 3, "made": 1, "command": 1, "compiled": 1,
+        "share": 3, "mean": 3, "made": 1, "command": 1, "compiled": 1, "against": 2,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
     if kind not in arity:
@@ -185,8 +185,8 @@ def value(expr: str) -> str:
         raise DirectiveError(f"no folder {args[0]!r} under {RESULTS}")
     if not _published(args[0]):
         raise DirectiveError(f"{args[0]} is not a published folder: it has no manifest")
-    if kind == "compiled":
-        return "\n\n" + compiled_table(RESULTS / args[0]) + "\n\n"
+    if kind in ("compiled", "against"):
+        return "\n\n" + compiled_table(RESULTS / args[0], *args[1:]) + "\n\n"
     if kind == "table":
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
     if kind == "behaviour":

@@ -209,9 +209,10 @@ def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) 
     return "\n".join(lines)
 
 
-def compiled_table(folder: Path) -> str:
-    """Each method's compiled runs in ``folder`` against its uncompiled run, paired over question ids: EM, whose
-    differences are one family (``family.adjust``), and F1 beside it, adjusted as its own."""
+def compiled_table(folder: Path, against: str = "none") -> str:
+    """Each method's runs in ``folder`` against its run under the optimizer ``against`` (by default its uncompiled
+    run), paired over question ids: EM, whose differences are one family (``family.adjust``), and F1 beside it,
+    adjusted as its own."""
     from ragscale.experiments import family
     from ragscale.experiments.compare import format_ci, paired_bootstrap
 
@@ -219,9 +220,9 @@ def compiled_table(folder: Path) -> str:
     params = {name: run["params"] for name, run in manifest["runs"].items()}
     names = table_order({name: (row_of(p), p["optimizer"]) for name, p in params.items()})
     pairs = [
-        (name, f"{row_of(params[name])}-none")
+        (name, f"{row_of(params[name])}-{against}")
         for name in names
-        if params[name]["optimizer"] != "none" and f"{row_of(params[name])}-none" in records
+        if params[name]["optimizer"] != against and f"{row_of(params[name])}-{against}" in records
     ]
 
     def adjusted(score: str) -> list:

@@ -102,7 +102,7 @@ def test_a_sweep_made_over_sittings_says_each_machine_with_the_span_of_its_dates
     assert pages.value("command sweep") == "`ragscale sweep --dataset hotpotqa`"
 
 
-def test_a_published_folders_compiled_runs_are_paired_with_their_uncompiled_run(tmp_path, monkeypatch):
+def test_a_published_folders_runs_are_paired_with_their_uncompiled_run_or_another_optimizers(tmp_path, monkeypatch):
     import json
     import shutil
 
@@ -125,3 +125,5 @@ def test_a_published_folders_compiled_runs_are_paired_with_their_uncompiled_run(
     lines = render("<!--= compiled published -->x<!--/-->").splitlines()
     assert lines[3:5] == ["|---|---|---|---|", "| rag | bootstrap | -0.2 [-0.6, +0.0] | -0.2 [-0.6, +0.0] |"]
     assert len(lines) == 7  # DRAG and IterDRAG have no uncompiled run to pair with: no row
+    lines = render("<!--= against published bootstrap -->x<!--/-->").splitlines()
+    assert lines[4:6] == ["| rag | none | +0.2 [+0.0, +0.6] | +0.2 [+0.0, +0.6] |", ""]  # each against its bootstrap
