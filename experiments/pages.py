@@ -21,8 +21,8 @@ score re-derived from the per-question records:
   table beside the folder's ``table``;
 - ``share`` and ``mean`` ``FOLDER RUN NAME``: the mean of one of its behaviour values (``Method.behaviour``) as a
   percentage of questions, or as a number;
-- ``qpm FOLDER RUN``, ``seconds FOLDER RUN METRIC``: its questions per minute, or a timing the manifest holds
-  (``wall_s``, ``index_s``, ``compile_s``, ...);
+- ``qpm FOLDER RUN``, ``metric FOLDER RUN METRIC``: its questions per minute, or a timing or count the manifest
+  holds (``wall_s``, ``compile_s``, ``compile_lm_calls``, ...);
 - ``sweep FOLDER PART``: a published sweep's budget table, grid, claims or allocation model, made again from its
   records (``sweep.published.report``; ``PART`` one of ``table``, ``grid``, ``claims``, ``fit``, ``estimates``);
 - ``graders FOLDER``: a grader benchmark's table, made again from every passage's committed grade
@@ -172,7 +172,7 @@ def value(expr: str) -> str:
         except ValueError as exc:
             raise DirectiveError(str(exc)) from exc
     arity = {
-        "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "grader": 3, "diff": 3, "qpm": 2, "seconds": 3,
+        "table": 2, "behaviour": 1, "sweep": 2, "graders": 1, "grader": 3, "diff": 3, "qpm": 2, "metric": 3,
         "share": 3, "mean": 3, "made": 1, "command": 1, "compiled": 1, "against": 2,
         **{k: 2 for k in SCORES},
     }  # fmt: skip
@@ -224,10 +224,16 @@ def value(expr: str) -> str:
 
         manifest = load_manifest(RESULTS / args[0])  # a method table's or a sweep's
         return f"`{manifest['command']}`" if kind == "command" else _made(manifest)
-    if kind == "qpm":
-        return f"{_loaded(args[0])[0]['runs'][args[1]]['metrics']['questions_per_minute']:.1f}"
-    if kind == "seconds":
-        return f"{_loaded(args[0])[0]['runs'][args[1]]['metrics'][args[2]]:,.0f}"
+    if kind in ("qpm", "metric"):
+        runs = _loaded(args[0])[0]["runs"]
+        if args[1] not in runs:
+            raise DirectiveError(f"{args[0]}: no run named {args[1]!r}; its runs: {', '.join(runs)}")
+        metrics = runs[args[1]]["metrics"]
+        if kind == "qpm":
+            return f"{metrics['questions_per_minute']:.1f}"
+        if args[2] not in metrics:
+            raise DirectiveError(f"{args[0]} {args[1]}: no metric {args[2]!r}; it has {', '.join(metrics)}")
+        return f"{metrics[args[2]]:,.0f}"
     key, fmt = SCORES[kind]
     return fmt.format(_scores(*args)[key])
 

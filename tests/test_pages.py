@@ -36,6 +36,11 @@ def test_a_changed_number_fails_and_a_bad_directive_names_its_line():
     behaviour = render(f"<!--= behaviour {demo} -->x<!--/-->")
     assert "| rag | none | none |" in behaviour and "| iterdrag | bootstrap | follow_ups " in behaviour
     assert render(f"<!--= command {demo} -->x<!--/-->") == f"<!--= command {demo} -->`make demo`<!--/-->"
+    assert render(f"<!--= metric {demo} iterdrag-bootstrap compile_lm_calls -->x<!--/-->").endswith("-->63<!--/-->")
+    with pytest.raises(DirectiveError, match=r"no metric 'compile_calls'; it has .*compile_lm_calls"):
+        render(f"<!--= metric {demo} iterdrag-bootstrap compile_calls -->x<!--/-->")
+    with pytest.raises(DirectiveError, match="no run named 'hyde-none'"):
+        render(f"<!--= qpm {demo} hyde-none -->x<!--/-->")
     with pytest.raises(DirectiveError, match="no folder 'nowhere'"):
         render("<!--= em nowhere rag-none -->x<!--/-->")
     with pytest.raises(DirectiveError, match="retrieval is not a published folder: it has no manifest"):
