@@ -191,10 +191,10 @@ def value(expr: str) -> str:
         return "\n\n" + table(RESULTS / args[0], args[1]) + "\n\n"
     if kind == "behaviour":
         from ragscale.experiments.compare import format_behaviour
-        from ragscale.experiments.published import row_of, table_order
+        from ragscale.experiments.published import ordered, row_of
 
         runs, lines = _loaded(args[0])[0]["runs"], ["| method | optimizer | behaviour |", "|---|---|---|"]
-        for name in table_order({n: (row_of(run["params"]), run["params"]["optimizer"]) for n, run in runs.items()}):
+        for name in ordered(runs):
             shown = format_behaviour(_scores(args[0], name)["behaviour"])
             lines.append(f"| {row_of(runs[name]['params'])} | {runs[name]['params']['optimizer']} | {shown} |")
         return "\n\n" + "\n".join(lines) + "\n\n"

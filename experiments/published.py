@@ -145,6 +145,11 @@ def table_order(rows: dict[str, tuple[str, str]]) -> list[str]:
     return sorted(rows, key=place)
 
 
+def ordered(runs: dict[str, dict]) -> list[str]:
+    """The names of a manifest's ``runs`` in a table's order (``table_order``)."""
+    return table_order({name: (row_of(run["params"]), run["params"]["optimizer"]) for name, run in runs.items()})
+
+
 def load_manifest(folder: Path) -> dict[str, Any]:
     return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
 
@@ -172,8 +177,7 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
     if baseline not in records:
         raise KeyError(f"{folder}: no run named {baseline!r}; its runs: {', '.join(records)}")
     em = em_by_run(records)
-    runs = manifest["runs"]
-    names = table_order({name: (row_of(runs[name]["params"]), runs[name]["params"]["optimizer"]) for name in records})
+    names = ordered(manifest["runs"])
     cis = family.adjust(
         [None if name == baseline else paired_bootstrap(em[name], em[baseline], resamples=resamples, seed=seed)
          for name in names]
@@ -218,10 +222,9 @@ def compiled_table(folder: Path, against: str = "none") -> str:
 
     manifest, records = load(folder)
     params = {name: run["params"] for name, run in manifest["runs"].items()}
-    names = table_order({name: (row_of(p), p["optimizer"]) for name, p in params.items()})
     pairs = [
         (name, f"{row_of(params[name])}-{against}")
-        for name in names
+        for name in ordered(manifest["runs"])
         if params[name]["optimizer"] != against and f"{row_of(params[name])}-{against}" in records
     ]
 
