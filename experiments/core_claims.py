@@ -37,9 +37,9 @@ def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> l
     the folder lacks a run) and verdict."""
     from ragscale.experiments import family
     from ragscale.experiments.compare import paired_bootstrap
-    from ragscale.experiments.published import em_by_run, load
+    from ragscale.experiments.published import load, points_by_run
 
-    em = {folder: em_by_run(load(folder)[1]) for folder in folders}
+    em = {folder: points_by_run(load(folder)[1]) for folder in folders}
     cells = [
         (claim, folder, paired_bootstrap(em[folder][a], em[folder][b], resamples=resamples, seed=seed))
         for claim, a, b in CLAIMS

@@ -160,9 +160,9 @@ def load(folder: Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
     return manifest, {name: read_records(folder / f"{name}.jsonl.gz") for name in manifest["runs"]}
 
 
-def em_by_run(records: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
-    """Each run's per-question EM in percent, by question id: what its comparisons are paired on."""
-    return {name: {r["id"]: 100.0 * r["em"] for r in rows} for name, rows in records.items()}
+def points_by_run(records: dict[str, list[dict]], score: str = "em") -> dict[str, dict[str, float]]:
+    """Each run's per-question ``score`` in percent, by question id: what its comparisons are paired on."""
+    return {name: {r["id"]: 100.0 * r[score] for r in rows} for name, rows in records.items()}
 
 
 def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> dict[str, dict[str, Any]]:
@@ -176,7 +176,7 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
     manifest, records = load(folder)
     if baseline not in records:
         raise KeyError(f"{folder}: no run named {baseline!r}; its runs: {', '.join(records)}")
-    em = em_by_run(records)
+    em = points_by_run(records)
     names = ordered(manifest["runs"])
     cis = family.adjust(
         [None if name == baseline else paired_bootstrap(em[name], em[baseline], resamples=resamples, seed=seed)
@@ -229,7 +229,7 @@ def compiled_table(folder: Path, against: str = "none") -> str:
     ]
 
     def adjusted(score: str) -> list:
-        points = {name: {r["id"]: 100.0 * r[score] for r in rows} for name, rows in records.items()}
+        points = points_by_run(records, score)
         return family.adjust([paired_bootstrap(points[a], points[b]) for a, b in pairs])
 
     lines = ["| method | optimizer | dEM [95% CI] | dF1 [95% CI] |", "|---|---|---|---|"]

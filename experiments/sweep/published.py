@@ -29,7 +29,7 @@ from typing import Any
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
-from ragscale.experiments.published import MANIFEST, em_by_run, read_records, write_records
+from ragscale.experiments.published import MANIFEST, points_by_run, read_records, write_records
 from ragscale.experiments.sweep.grid import file_label
 from ragscale.experiments.sweep.rows import Row
 
@@ -173,7 +173,7 @@ def load(folder: Path) -> Sweep:
             records[row.run_id] = read_records(folder / f"{name}.jsonl.gz")
             scores = record_scores(records[row.run_id])
             rows.append(replace(row, **{k: scores[k] for k in SCORED}))
-    return Sweep(manifest, parts["rows"], parts["oracle"], em_by_run(records))
+    return Sweep(manifest, parts["rows"], parts["oracle"], points_by_run(records))
 
 
 def report(sweep: Sweep) -> dict[str, str]:
