@@ -26,6 +26,10 @@ take (``low``: IterDRAG stopping at its first decomposition, every reply read at
   decomposition step, and the ratios of the counted input tokens, output tokens and calls to those of the paths
   the questions took (``Calibration``). With none of its shot count, IterDRAG takes the follow-up rates of its
   other shot counts and no retry ratios.
+- **What a prefix cache holds.** A call's leading messages that are the same as those of a call the sample's
+  previous question made (its first question: the last's), or of an earlier call of its own question -- the
+  system turn, the demonstrations, a step's prompt so far -- are counted as ``reused``: an engine with a prefix cache
+  computes them once, so they take no time (``Speed.seconds``) though they are effective context all the same.
 - **Bounds and floors when nothing is known.** IterDRAG at every iteration (an upper bound on its steps; also past
   the last step a finished run decided at), a single-step method's calls once each: retries add to both.
 
@@ -55,7 +59,8 @@ if TYPE_CHECKING:
 SAMPLE = 20
 """Questions of the run an estimate is made on."""
 
-Call = tuple[int, int]  # (input tokens, expected output tokens) of one LM call
+Call = tuple[int, int, int]  # (input tokens, expected output tokens, input tokens a prefix cache holds) of one LM call
+Messages = list[dict[str, Any]]
 Calls = list[Call]  # the calls of one question along one path through a program
 
 
@@ -91,6 +96,7 @@ class Estimate:
     low: float  # the fewest tokens: IterDRAG stopping at its first decomposition, every reply read at the first try
     high: float  # every iteration used, every reply read at the first try
     basis: str  # "calibrated (N runs)", "follow-ups (N runs)", "bound" or "counted": see `ContextEstimator.estimate`
+    reused: float = 0.0  # of ``tokens``, those a prefix cache holds (see the module docstring): not computed
 
     @property
     def learned(self) -> bool:
@@ -171,14 +177,16 @@ class Script:
 
 class ScriptedAdapter:
     """An adapter that counts the requests the real adapter would send and replies from the script instead of the
-    LM: each predictor call appends its calls, (input tokens, expected output tokens), to ``calls``."""
+    LM: each predictor call appends its requests, (messages, input tokens, expected output tokens), to
+    ``requests``."""
 
     def __init__(self, estimator: ContextEstimator, script: Script):
-        self.estimator, self.script, self.calls = estimator, script, []
+        self.estimator, self.script = estimator, script
+        self.requests: list[tuple[Messages, int, int]] = []
 
     def __call__(self, lm, lm_kwargs, signature, demos, inputs) -> list[dict[str, Any]]:
         outputs = self.script.outputs(signature, inputs)
-        self.calls.extend(self.estimator.count(signature, demos, inputs, outputs))
+        self.requests.extend(self.estimator.count(signature, demos, inputs, outputs))
         return [outputs]
 
 
@@ -214,9 +222,10 @@ class ContextEstimator:
             if len(asked) >= len(self._asked.get(str(record["id"]), [])):
                 self._asked[str(record["id"])] = asked
 
-    def count(self, signature, demos, inputs, outputs) -> Calls:
-        """(input tokens, expected output tokens) of each LM call one predictor call makes with this adapter."""
-        from ragscale.programs.lm import FieldAdapter, prompt_tokens
+    def count(self, signature, demos, inputs, outputs) -> list[tuple[Messages, int, int]]:
+        """(messages, input tokens, expected output tokens) of each LM call one predictor call makes with this
+        adapter."""
+        from ragscale.programs.lm import FieldAdapter
 
         if isinstance(self.adapter, FieldAdapter):
             requests = self.adapter.requests(self.lm, signature, demos, inputs, outputs)
@@ -224,13 +233,22 @@ class ContextEstimator:
         else:
             requests = [self.adapter.format(signature, demos, inputs)]
             expected = [16 * len(signature.output_fields)]
-        calls = []
-        for messages, out in zip(requests, expected, strict=True):
-            key = json.dumps(messages, sort_keys=True, default=str)
-            if key not in self._tokens:
-                self._tokens[key] = prompt_tokens(self.lm, messages)
-            calls.append((self._tokens[key], out))
-        return calls
+        return [(messages, self.tokens(messages), out) for messages, out in zip(requests, expected, strict=True)]
+
+    def tokens(self, messages: Messages) -> int:
+        """The input tokens of a request of ``messages``, counted once per distinct request."""
+        from ragscale.programs.lm import prompt_tokens
+
+        key = json.dumps(messages, sort_keys=True, default=str)
+        if key not in self._tokens:
+            self._tokens[key] = prompt_tokens(self.lm, messages)
+        return self._tokens[key]
+
+    def reused(self, messages: Messages, tokens: int, earlier: Iterable[Messages]) -> int:
+        """Of a request's ``tokens``, those a prefix cache holds after the ``earlier`` requests: its leading
+        messages the same as one of theirs, counted as a request of their own (at least one token is computed)."""
+        shared = max((_same_start(messages, other) for other in earlier), default=0)
+        return min(self.tokens(messages[:shared]), tokens - 1) if shared else 0
 
     def program(self, point: Point, docs_per_demo: int | None = None):
         """The point's program over the stand-in retriever, with the demonstrations the ``labeled`` teleprompter
@@ -270,7 +288,7 @@ class ContextEstimator:
 
         program = self.program(point, docs_per_demo)
         n = point.iterations
-        out = []
+        sent = []  # per sample question, per path: its requests
         for example in self.evalset:
             seen = self._asked.get(str(example.id), [])
             paths = []
@@ -278,9 +296,22 @@ class ContextEstimator:
                 adapter = ScriptedAdapter(self, Script(example, follow_ups, seen, self.stand_ins))
                 with dspy.context(lm=self.lm, adapter=adapter, trace=None):
                     program(question=example.question)
-                paths.append(adapter.calls)
-            out.append(paths)
+                paths.append(adapter.requests)
+            sent.append(paths)
+        out = []
+        for question, paths in enumerate(sent):  # each after the previous question (the first: the last) on its path
+            before = sent[question - 1] if len(sent) > 1 else [[] for _ in paths]
+            out.append([self._calls(path, other) for path, other in zip(paths, before, strict=True)])
         return out
+
+    def _calls(self, path: list[tuple[Messages, int, int]], before: list[tuple[Messages, int, int]]) -> Calls:
+        """A path's calls, each with what a prefix cache holds of it after ``before`` and the path's earlier calls."""
+        earlier = [messages for messages, *_ in before]
+        calls = []
+        for messages, tokens, output in path:
+            calls.append((tokens, output, self.reused(messages, tokens, earlier)))
+            earlier.append(messages)
+        return calls
 
     def calibrate(self, finished: Iterable[tuple[Point, int | None, Sequence[Mapping]]]) -> Calibration | None:
         """Learn from finished configurations -- (point, documents per demo, the run's per-question records) -- of one
@@ -346,6 +377,7 @@ class ContextEstimator:
 
         return Estimate(
             tokens=ratios[0] * expected(lambda p: sum(c[0] for c in p)),
+            reused=ratios[0] * expected(lambda p: sum(c[2] for c in p)),
             output_tokens=ratios[1] * expected(lambda p: sum(c[1] for c in p)),
             calls=ratios[2] * expected(len),
             longest_call=max(c[0] + c[1] for ps in paths for p in ps for c in p),
@@ -397,13 +429,17 @@ class Planner:
     def estimate(self, point: Point, docs_per_demo: int) -> tuple[Estimate, float]:
         """The estimate of ``point`` and the seconds it should take (NaN without a speed)."""
         estimate = self.estimator.estimate(point, docs_per_demo, self.calibration(point))
-        speed = self.speed
-        seconds = (
-            self.n_questions * speed.seconds(estimate.tokens, estimate.output_tokens, estimate.calls)
-            if speed
-            else float("nan")
-        )
-        return estimate, seconds
+        return estimate, self.seconds(estimate)
+
+    def seconds(self, estimate: Estimate) -> float:
+        """The seconds the questions of a configuration so estimated should take (NaN without a speed)."""
+        e, speed = estimate, self.speed
+        return self.n_questions * speed.seconds(e.tokens, e.output_tokens, e.calls, e.reused) if speed else float("nan")
+
+
+def _same_start(a: Messages, b: Messages) -> int:
+    """How many leading messages ``a`` and ``b`` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 STAND_IN_HOPS = 2

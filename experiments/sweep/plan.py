@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragscale.experiments.config import RunConfig
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.sweep.carry import carried
 from ragscale.experiments.sweep.estimate import Estimate, Planner
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points, point_config
 from ragscale.experiments.sweep.ledger import run_records
-from ragscale.experiments.sweep.speed import Speed
+from ragscale.experiments.sweep.speed import REUSED, Speed, speed_from_runs
 
 SLACK = 0.1
 """How far past the largest budget a learned estimate may reach and its configuration still run: the margin for
@@ -67,7 +68,9 @@ def plan(
 ) -> list[PlannedPoint]:
     """Every grid point with its key, estimated effective context and time, and whether it will run ("done" when
     its key is in the ledger or in `tracked`, the sweep-tagged MLflow runs, whose per-question records calibrate
-    the estimates of their method); else its status is ``status_of`` its estimate (see the module's doc)."""
+    the estimates of their method); else its status is ``status_of`` its estimate (see the module's doc). The
+    planner's speed is fitted again on the finished configurations, each with the tokens its estimate finds a
+    prefix cache held (``reused_row``); with fewer than three, it stays ``speed``."""
     from ragscale.programs.lm import context_window
 
     if planner is None:
@@ -83,14 +86,25 @@ def plan(
         if key in finished:
             planner.learn(point, config.docs_per_demo, run_records(base.runs_dir, finished[key]["run_id"]))
     keys = {point: key for point, key, _ in points}
+    estimates = {point: planner.estimate(point, per_demo)[0] for point, _, per_demo in points}
+    timed = [reused_row(finished[key], estimates[point]) for point, key, _ in points if key in finished]
+    planner.speed = speed_from_runs(timed, base.lm) or planner.speed
     planned = []
     for point, key, per_demo in points:
-        estimate, seconds = planner.estimate(point, per_demo)
+        estimate = estimates[point]
+        seconds = planner.seconds(estimate)
         status = "done" if key in finished else status_of(estimate, grid, window)
         if status == "run":  # the questions it will carry from a finished smaller cap take no time
             seconds *= 1 - len(carried(point, keys, finished, base.runs_dir)[1]) / max(len(evalset), 1)
         planned.append(PlannedPoint(point, key, per_demo, estimate, seconds, status))
     return planned
+
+
+def reused_row(row: Mapping[str, Any], estimate: Estimate) -> dict[str, Any]:
+    """A finished configuration's ledger row with the tokens per question a prefix cache held (``REUSED``): its
+    measured effective context times the share of it its estimate found reused."""
+    share = estimate.reused / estimate.tokens if estimate.tokens else 0.0
+    return {**row, REUSED: share * (row.get(EFFECTIVE_CONTEXT) or 0.0)}
 
 
 def run_order(planned: Sequence[PlannedPoint]) -> list[PlannedPoint]:
@@ -137,7 +151,8 @@ def format_plan(planned: Sequence[PlannedPoint], speed: Speed | None, n_question
         f"largest budget; expected over budget = a learned estimate exceeds it by more than {SLACK:.0%}, so no "
         "budget could choose it (rechecked just before each configuration runs; --beyond-budget runs them). est. "
         "time leaves out the questions IterDRAG carries from a finished smaller iteration cap, once that one has "
-        "finished."
+        "finished, and the leading messages a call shares with an earlier one (the system turn, the "
+        "demonstrations), which a prefix cache holds: they count as effective context but are not computed again."
     )
     reach = ""  # the configurations run cheapest first: what is done is everything up to the cheapest left
     if todo:

@@ -437,7 +437,7 @@ def run_sweep(
         teacher=teacher,
         tracked=tracked, retriever=got.retriever, planner=planner,
     )  # fmt: skip
-    report(format_plan(planned, got.speed, len(evalset)) + (f"\n{ORACLE_NOTE}" if grid.baselines else ""))
+    report(format_plan(planned, planner.speed, len(evalset)) + (f"\n{ORACLE_NOTE}" if grid.baselines else ""))
     window = context_window(lm)
     if parallel_runs > 1 and not base.lm.startswith("openai/"):
         report(
@@ -666,7 +666,7 @@ def run_sweep(
             (sweep_dir / ALLOCATION).unlink(missing_ok=True)
         best, every, checked = format_table(table), format_grid(rows), format_claims(claims, len(evalset))
         (sweep_dir / TABLE).write_text("\n\n".join([best, every, checked]) + "\n", encoding="utf-8")
-        (sweep_dir / PLAN).write_text(format_plan(planned, got.speed, len(evalset)) + "\n", encoding="utf-8")
+        (sweep_dir / PLAN).write_text(format_plan(planned, planner.speed, len(evalset)) + "\n", encoding="utf-8")
         artifacts = [sweep_dir / RESULTS, sweep_dir / TABLE, sweep_dir / PLAN]
         if per_question is not None:
             artifacts.append(sweep_dir / SCORES)
@@ -719,12 +719,13 @@ def plan_only(
     load_s = time.perf_counter() - start
     sweep_dir = sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
     got = _setup(grid, base, sweep_dir, lm=lm, index=False)
+    planner = Planner.for_run(base, lm, got.train, got.evalset, retriever=got.retriever, speed=got.speed)
     planned = plan(
         grid, base, lm=lm, train=got.train, evalset=got.evalset, ledger=got.ledger, speed=got.speed,
-        docs_per_demo=docs_per_demo, teacher=teacher, tracked=got.tracked, retriever=got.retriever,
+        docs_per_demo=docs_per_demo, teacher=teacher, tracked=got.tracked, retriever=got.retriever, planner=planner,
     )  # fmt: skip
     oracle = f"\n{ORACLE_NOTE}" if grid.baselines else ""
-    report(format_plan(planned, got.speed, len(got.evalset)) + oracle + f"\n(model loaded in {load_s:.0f} s)")
+    report(format_plan(planned, planner.speed, len(got.evalset)) + oracle + f"\n(model loaded in {load_s:.0f} s)")
     return planned
 
 

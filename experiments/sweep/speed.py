@@ -6,6 +6,12 @@ against input and output tokens per question); without three usable runs, ``meas
 A prompt's prefill is not linear in its length: each token attends to all before it, so a call of n tokens takes
 n/rate + q n² seconds, and at several thousand tokens the second term is a large share. ``speed_from_runs`` fits q
 beside the rates, with a question's calls taken as equally long (its effective context over its LM calls).
+
+Nor is every prompt token computed: an engine with a prefix cache (ragscale's, vLLM's, SGLang's) keeps the keys and
+values of a prompt's start, so the p tokens a call shares with an earlier one (the system turn, the demonstrations,
+which DRAG's carry their documents in) cost nothing, and the n - p after them cost (n - p)/rate + q (n² - p²).
+Fitted on the effective context alone, the rates of runs with many demonstrations and runs with none would be
+averaged into a time wrong for both; a row's ``REUSED`` tokens per question (estimated by the plan) take them out.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from typing import Any
 
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 
+REUSED = "reused_tokens_per_question"
+"""A row's input tokens per question that a prefix cache holds: not computed, so not timed by the rates."""
+
 
 @dataclass(frozen=True)
 class Speed:
@@ -25,10 +34,11 @@ class Speed:
     source: str
     quadratic_s: float = 0.0  # q: seconds per squared token of one call's prompt (its attention)
 
-    def seconds(self, input_tokens: float, output_tokens: float, calls: float = 1.0) -> float:
-        """A question's seconds: ``input_tokens`` in ``calls`` calls of equal length, ``output_tokens`` written."""
-        quadratic = self.quadratic_s * input_tokens**2 / max(calls, 1.0)
-        return input_tokens / self.prefill_tok_s + quadratic + output_tokens / self.decode_tok_s
+    def seconds(self, input_tokens: float, output_tokens: float, calls: float = 1.0, reused: float = 0.0) -> float:
+        """A question's seconds: ``input_tokens`` in ``calls`` calls of equal length, ``reused`` of them held by a
+        prefix cache (as long a start of each call), ``output_tokens`` written."""
+        quadratic = self.quadratic_s * (input_tokens**2 - reused**2) / max(calls, 1.0)
+        return (input_tokens - reused) / self.prefill_tok_s + quadratic + output_tokens / self.decode_tok_s
 
     def describe(self) -> str:
         square = f" + {self.quadratic_s:.3g} s/token² per call" if self.quadratic_s else ""
@@ -61,7 +71,8 @@ def measure_speed(lm, text: str) -> Speed:
 
 def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | None:
     """Rates fitted (least squares on seconds per question) on earlier ledger rows of this LM: prefill, its squared
-    term and decode; the first of those models, fewer terms each, whose every coefficient comes out positive."""
+    term and decode; the first of those models, fewer terms each, whose every coefficient comes out positive. A
+    row's ``REUSED`` tokens (0 without) are left out of the computed ones (see the module docstring)."""
     import numpy as np
 
     def answered(row: Mapping[str, Any]) -> int:  # the questions its eval_s timed (a resumed run's carried ones not)
@@ -77,10 +88,11 @@ def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | 
     if len(usable) < 3:
         return None
     tokens = np.asarray([r[EFFECTIVE_CONTEXT] for r in usable], dtype=float)
+    reused = np.asarray([r.get(REUSED) or 0.0 for r in usable], dtype=float)
     calls = np.asarray([max(r.get("lm_calls_per_question") or 1.0, 1.0) for r in usable])
     columns = {
-        "prefill": tokens,
-        "squared": tokens**2 / calls,
+        "prefill": tokens - reused,
+        "squared": (tokens**2 - reused**2) / calls,
         "decode": np.asarray([r.get("output_tokens_per_question") or 0.0 for r in usable]),
     }
     target = np.asarray([r["eval_s"] / answered(r) for r in usable])
@@ -96,5 +108,5 @@ def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | 
                 source + ("" if decode else ", outputs folded into prefill"),
                 quadratic_s=fitted.get("squared", 0.0),
             )
-    rate = float(tokens.sum() / target.sum())  # one rate for all tokens, outputs folded in
+    rate = float((tokens - reused).sum() / target.sum())  # one rate for all computed tokens, outputs folded in
     return Speed(round(rate, 1), float("inf"), f"{source} (one rate)")
