@@ -247,7 +247,9 @@ class ContextEstimator:
     def reused(self, messages: Messages, tokens: int, earlier: Iterable[Messages]) -> int:
         """Of a request's ``tokens``, those a prefix cache holds after the ``earlier`` requests: its leading
         messages the same as one of theirs, counted as a request of their own (at least one token is computed)."""
-        shared = max((_same_start(messages, other) for other in earlier), default=0)
+        from ragscale.programs.lm.prefix_cache import common_prefix
+
+        shared = max((common_prefix(messages, other) for other in earlier), default=0)
         return min(self.tokens(messages[:shared]), tokens - 1) if shared else 0
 
     def program(self, point: Point, docs_per_demo: int | None = None):
@@ -435,11 +437,6 @@ class Planner:
         """The seconds the questions of a configuration so estimated should take (NaN without a speed)."""
         e, speed = estimate, self.speed
         return self.n_questions * speed.seconds(e.tokens, e.output_tokens, e.calls, e.reused) if speed else float("nan")
-
-
-def _same_start(a: Messages, b: Messages) -> int:
-    """How many leading messages ``a`` and ``b`` share."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 STAND_IN_HOPS = 2

@@ -17,12 +17,13 @@ becomes a leaf). Only the engine's worker thread calls it, so it takes no lock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 
-def common_prefix(a: list[int] | tuple[int, ...], b: list[int] | tuple[int, ...]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items (token ids, or a request's messages) ``a`` and ``b`` share."""
     n = min(len(a), len(b))
     for i in range(n):
         if a[i] != b[i]:
