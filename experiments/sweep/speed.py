@@ -16,6 +16,7 @@ averaged into a time wrong for both; a row's ``REUSED`` tokens per question (est
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -41,8 +42,11 @@ class Speed:
         return (input_tokens - reused) / self.prefill_tok_s + quadratic + output_tokens / self.decode_tok_s
 
     def describe(self) -> str:
+        """The rates as the plan prints them; a decode rate folded into prefill (infinite) is left out, the source
+        saying so."""
         square = f" + {self.quadratic_s:.3g} s/token² per call" if self.quadratic_s else ""
-        return f"prefill {self.prefill_tok_s:g} tok/s{square}, decode {self.decode_tok_s:g} tok/s ({self.source})"
+        decode = f", decode {self.decode_tok_s:g} tok/s" if math.isfinite(self.decode_tok_s) else ""
+        return f"prefill {self.prefill_tok_s:g} tok/s{square}{decode} ({self.source})"
 
 
 def measure_speed(lm, text: str) -> Speed:
@@ -109,4 +113,4 @@ def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | 
                 quadratic_s=fitted.get("squared", 0.0),
             )
     rate = float((tokens - reused).sum() / target.sum())  # one rate for all computed tokens, outputs folded in
-    return Speed(round(rate, 1), float("inf"), f"{source} (one rate)")
+    return Speed(round(rate, 1), float("inf"), f"{source}, one rate, outputs folded into prefill")

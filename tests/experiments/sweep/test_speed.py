@@ -37,3 +37,10 @@ def test_a_calls_squared_term_is_fitted_beside_the_rates_and_splits_over_its_cal
 def test_without_three_usable_runs_there_is_no_fit():
     assert speed_from_runs([ledger_row(200, 4), ledger_row(700, 6)], "lm") is None
     assert speed_from_runs([ledger_row(t, 4) for t in (200, 700, 1400)], "another lm") is None
+
+
+def test_a_decode_rate_folded_into_prefill_is_not_printed_as_infinite():
+    folded = Speed(500.0, float("inf"), "9 earlier runs, outputs folded into prefill", quadratic_s=2e-7)
+    assert "decode" not in folded.describe() and "inf" not in folded.describe()
+    assert "outputs folded into prefill" in folded.describe()
+    assert "decode 30 tok/s" in TRUE.describe()
