@@ -324,3 +324,21 @@ def format_claims(claims: Sequence[Mapping[str, Any]], n: int) -> str:
         "|---|---|---|",
     ]
     return "\n".join(lines + [f"| {c['claim']} | {c['here']} | {c['verdict']} |" for c in claims])
+
+
+def format_verdicts(claims: Sequence[Mapping[str, Any]], n: int) -> str:
+    """The claims table in short, for a page that states verdicts: each claim with only the comparison that decides
+    it (its last pair: the largest budget, documents and shots, or the one comparison made), else what was found."""
+
+    def deciding(c: Mapping[str, Any]) -> str:
+        if not c["pairs"]:
+            return c["here"]
+        p = c["pairs"][-1]
+        return f"{p['a']} - {p['b']}: {p['text']}" + (" (held out)" if p["held_out"] else "")
+
+    lines = [
+        f"| the paper's claim | the comparison that decides it: EM, {n} questions (held out: the {n // 2} a best "
+        f"was not chosen on), paired 95% CI (* real: {family.RULE}) | held? |",
+        "|---|---|---|",
+    ]
+    return "\n".join(lines + [f"| {c['claim']} | {deciding(c)} | {c['verdict']} |" for c in claims])

@@ -38,9 +38,10 @@ SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_pe
 POINT_FIELDS = ("method", "docs", "shots", "iterations", "key", "status", "made")
 """A published row's fields that are not the ledger's: where it sits in the grid, and where it was made."""
 PLOT = "accuracy_vs_context.png"
-PARTS = ("table", "grid", "claims", "fit", "estimates")
-"""What ``report`` makes: the budget table, the grid, the claims, the allocation model, and each configuration's
-effective context as estimated before it ran beside what it counted."""
+PARTS = ("table", "grid", "claims", "verdicts", "fit", "estimates")
+"""What ``report`` makes: the budget table, the grid, the claims (in full, and in short: each with the comparison
+that decides it), the allocation model, and each configuration's effective context as estimated before it ran
+beside what it counted."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ def load(folder: Path) -> Sweep:
 def report(sweep: Sweep) -> dict[str, str]:
     """What the sweep reported, made again from its records alone: ``PARTS`` by name, each as the sweep's
     ``table.md`` writes it."""
-    from ragscale.experiments.sweep.claims import check_claims, format_claims
+    from ragscale.experiments.sweep.claims import check_claims, format_claims, format_verdicts
     from ragscale.experiments.sweep.heldout import HeldOut
     from ragscale.experiments.sweep.report import (
         budget_table,
@@ -198,6 +199,7 @@ def report(sweep: Sweep) -> dict[str, str]:
         "table": format_table(budget_table(rows, budgets, held_out)),
         "grid": format_grid(rows),
         "claims": format_claims(claims, sweep.n),
+        "verdicts": format_verdicts(claims, sweep.n),
         "fit": "no allocation model (too few configurations)" if fitted is None else format_allocation(fitted),
         "estimates": format_estimates(rows),
     }

@@ -146,3 +146,13 @@ def test_the_best_is_chosen_on_one_half_of_the_questions_and_reported_on_the_oth
     found = check_claims([lucky, steady], [1000], None, scores.get, oracle=[gold])
     (bound,) = [c for c in found if c["claim"].startswith("retrieval bounds")]
     assert bound["pairs"][0]["held_out"] and bound["pairs"][0]["n"] == N // 2 and bound["pairs"][0]["b_em"] == 0.0
+
+
+def test_the_verdicts_table_shows_each_claim_with_only_the_comparison_that_decides_it():
+    from ragscale.experiments.sweep.claims import format_verdicts
+
+    rows = [row("closed-book", 0, 0, 0, 10, 100), *(row("rag", k, 0, 0, 30 + k, 200 * k) for k in (1, 5, 10))]
+    (found,) = [c for c in check_claims(rows, [4000], None, scores_of(rows)) if c["claim"].startswith("retrieval")]
+    short = format_verdicts([found], N).splitlines()[2]
+    assert short.startswith("| retrieval beats closed-book | rag k=10 m=0 - closed-book k=0 m=0: +30.0 ")
+    assert "rag k=1 m=0" not in short and short.endswith(f"| {found['verdict']} |")
