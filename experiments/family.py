@@ -3,10 +3,11 @@ call a difference real by chance.
 
 A family is one table's comparisons of its primary metric, named in advance: EM (F1 and Acc are shown beside it and
 never decide). Each comparison's p-value is the paired bootstrap's (``compare.paired_bootstrap``: the share of
-resampled mean differences on the far side of 0, doubled), and the family's are adjusted by Holm's step-down rule
-(Holm 1979), which bounds the chance of any false claim in the family at ``ALPHA`` whatever the dependence between
-comparisons; ``benjamini_hochberg`` (1995) bounds the expected share of false claims instead, for a family read as
-a screen. A difference is called real when its adjusted p is below ``ALPHA``.
+resampled mean differences on the far side of 0, doubled, a small one read from enough draws to resolve it below
+``ALPHA`` / m), and the family's are adjusted by Holm's step-down rule (Holm 1979), which bounds the chance of any
+false claim in the family at ``ALPHA`` whatever the dependence between comparisons; ``benjamini_hochberg`` (1995)
+bounds the expected share of false claims instead, for a family read as a screen. A difference is called real when
+its adjusted p is below ``ALPHA``.
 """
 
 from __future__ import annotations

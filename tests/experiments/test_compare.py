@@ -211,3 +211,20 @@ def test_compare_prints_csv_and_json_when_asked(tmp_path, capsys):
     assert [r["method"] for r in rows] == ["closed-book", "rag"] and float(rows[1]["em_diff"]) == 100.0
     assert main(["compare", "--runs-dir", str(runs_dir), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[1]["em_diff"]["diff"] == 100.0
+
+
+def test_a_small_p_value_is_resolved_below_one_over_the_resamples_and_the_ci_is_unchanged():
+    import numpy as np
+
+    better = scores("1" * 40 + "0" * 10)
+    worse = scores("1" * 10 + "0" * 40)
+    ci = paired_bootstrap(better, worse, resamples=2000, seed=0)
+    assert ci.p < 1 / 2000 and ci.p == pytest.approx(2 / 200_001)  # no draw of 200,000 on the far side
+    # a family of 100 such comparisons can still call it real (Holm: 100 p below alpha)
+    assert 100 * ci.p < 0.05
+    # the CI comes from the first 2,000 draws, as without the refinement
+    diffs = np.array([better[q] - worse[q] for q in sorted(better)])
+    rng = np.random.default_rng(0)
+    first = diffs[rng.integers(0, len(diffs), size=(2000, len(diffs)))].mean(axis=1)
+    assert (ci.low, ci.high) == tuple(np.quantile(first, [0.025, 0.975]))
+    assert paired_bootstrap(scores("1100110011" * 2), scores("1010101011" * 2), resamples=2000, seed=0).p > 0.5
