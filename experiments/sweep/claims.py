@@ -130,7 +130,11 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
     ]
     rises = [pairs.pair(hi, lo, held_out=True, budget=b) for (_, lo), (b, hi) in steps if hi is not lo]
     (b0, first), (b1, last) = optimum[0], optimum[-1]
-    overall = pairs.pair(last, first, held_out=True) if last is not first else None
+    overall = (
+        pairs.pair(last, first, held_out=True, span=f"{format_size(b1)} - {format_size(b0)}")
+        if last is not first
+        else None
+    )
     flat = list(itertools.takewhile(lambda step: step[1][1] is step[0][1], reversed(steps)))
     if len(flat) >= FLAT_STEPS:
         verdict = f"not held: the best is the same from {format_size(flat[-1][0][0])} on"
@@ -334,7 +338,11 @@ def format_verdicts(claims: Sequence[Mapping[str, Any]], n: int) -> str:
         if not c["pairs"]:
             return c["here"]
         p = c["pairs"][-1]
-        return f"{p['a']} - {p['b']}: {p['text']}" + (" (held out)" if p["held_out"] else "")
+        if p.get("span"):  # the best at the largest budget against the best at the smallest
+            at = f"the best at {p['span']}: "
+        else:
+            at = f"at {format_size(p['budget'])}: " if p.get("budget") is not None else ""
+        return f"{at}{p['a']} - {p['b']}: {p['text']}" + (" (held out)" if p["held_out"] else "")
 
     lines = [
         f"| the paper's claim | the comparison that decides it: EM, {n} questions (held out: the {n // 2} a best "

@@ -156,3 +156,6 @@ def test_the_verdicts_table_shows_each_claim_with_only_the_comparison_that_decid
     short = format_verdicts([found], N).splitlines()[2]
     assert short.startswith("| retrieval beats closed-book | rag k=10 m=0 - closed-book k=0 m=0: +30.0 ")
     assert "rag k=1 m=0" not in short and short.endswith(f"| {found['verdict']} |")
+    # the scaling claim's deciding pair says which budgets' bests it sets against each other
+    scaling = claim(rows, [1000, 4000], SCALING)
+    assert "| the best at 4k - 1k: rag k=10 m=0 - rag k=" in format_verdicts([scaling], N)
