@@ -147,11 +147,7 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
         for group in _runs_of(optimum)
         for r in [group[0][1]]
     )
-    span = (
-        f"{format_size(b1)} - {format_size(b0)}: {overall['text']}"
-        if overall
-        else "one configuration is best at every budget"
-    )
+    span = f"{overall['span']}: {overall['text']}" if overall else "one configuration is best at every budget"
     return {
         "claim": "under the best allocation, accuracy grows almost linearly with the log of the effective context",
         "here": f"best per budget, EM held out (tokens): {path}; {span}",
