@@ -43,8 +43,9 @@ class RunConfig:
     `api_base` is the server of `lm` (an `openai/<model>`) and `teacher_api_base` the teacher's own: a local
     student may learn from a teacher on a server, or the other way round. `reflection_lm` and `budget` are GEPA's:
     the LM that reads the feedback and rewrites instructions (default: the teacher, else `lm`) and how much it may
-    spend (light, medium, heavy, or a cap on metric calls). `trace` records MLflow traces of every question
-    (``experiments/traces.py``). `corpus` is what the run retrieves from (``data/corpora.py``): a dataset's every
+    spend (light, medium, heavy, or a cap on metric calls). `trace` records MLflow traces of every question and
+    `autolog` DSPy's own compile and evaluation logging while the run compiles (``experiments/traces.py``).
+    `corpus` is what the run retrieves from (``data/corpora.py``): a dataset's every
     paragraph (default: `dataset`'s), `all` of them, the run's own `questions`, or a JSONL file.
 
     Paths are made absolute on construction (relative ones are taken from the current directory), so the params
@@ -81,6 +82,7 @@ class RunConfig:
     seed: int = 0
     run_name: str | None = None
     trace: bool = False
+    autolog: bool = True
 
     def __post_init__(self) -> None:
         from ragscale.data import DATASETS, default_data_dir

@@ -20,13 +20,15 @@ of the local LM's weights as loaded, packed copies included; None for a server L
 method's defining step per question, see ``ragscale.programs.behaviour``: rates 0-1, counts per question; ``{}`` for
 closed-book, RAG and DRAG), resumed (the questions carried over from an earlier, killed or failed, attempt of the
 same run: their records are counted like the others, but questions_per_minute counts only the questions answered in
-this attempt), mlflow_run_id.
+this attempt), mlflow_run_id, model_uri (the compiled program as an MLflow model, ``runs:/<id>/model``: ``model.py``;
+None when the run logged none).
 """
 
 from __future__ import annotations
 
 import contextvars
 import csv
+import io
 import json
 import logging
 import time
@@ -48,7 +50,7 @@ SUMMARY_KEYS = (
     "retrieval_recall", "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question",
     "questions_per_minute", "eval_s", "compile_s", "compile_lm_calls", "compile_input_tokens",
     "compile_output_tokens", "wall_s", "peak_rss_gb", "weights_gb", "corpus", "behaviour", "resumed",
-    "mlflow_run_id",
+    "mlflow_run_id", "model_uri",
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
@@ -124,12 +126,12 @@ def evaluate(
     examples: Sequence,
     *,
     threads: int,
-    records_path: Path,
+    records_path: Path | None = None,
     progress: bool = True,
     on_record: Callable[[dict], None] | None = None,
     done: Sequence[Mapping] = (),
 ) -> list[dict]:
-    """Answer `examples` with `threads` workers, appending each record to `records_path` as it finishes.
+    """Answer `examples` with `threads` workers, appending each record to `records_path` (if given) as it finishes.
 
     Each worker runs in a copy of the caller's context, so `dspy.context(lm=..., adapter=...)` set around this
     call (a contextvar in DSPy 3.4) reaches the worker threads, and each question's `meter()` is its own.
@@ -142,11 +144,12 @@ def evaluate(
     records: list[dict] = [dict(r) for r in done if str(r["id"]) in ids]
     carried = {str(r["id"]) for r in records}
     todo = [ex for ex in examples if str(ex.id) not in carried]
-    records_path.parent.mkdir(parents=True, exist_ok=True)
+    if records_path is not None:
+        records_path.parent.mkdir(parents=True, exist_ok=True)
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ragscale-eval")
     try:
         with (
-            records_path.open("w", encoding="utf-8") as out,
+            records_path.open("w", encoding="utf-8") if records_path is not None else io.StringIO() as out,
             tqdm(total=len(examples), initial=len(records), desc="evaluating", unit="q", disable=not progress) as bar,
         ):
             for record in records:
@@ -256,6 +259,7 @@ def summarize(
         "behaviour": scores["behaviour"],
         "resumed": resumed,
         "mlflow_run_id": run_id,
+        "model_uri": None,
     }
 
 

@@ -9,8 +9,9 @@ the same whatever the limits); find an unfinished run of the same configuration,
 (``resume.py``), else open a new one; build the corpus's retriever (indexes under ``<runs_dir>/indexes``, named by
 the corpus's digest and shared by every run that searches it); build the program; compile it on train with the
 configured teleprompter and save it as JSON (a resumed run loads the one it saved); evaluate the questions not yet
-answered (``evaluate.py``); then log the summary, the predictions table, the compiled program and the config to
-MLflow.
+answered (``evaluate.py``); then log the summary, the predictions (files, and a table MLflow's evaluation view
+compares), the compiled program (as JSON, and as an MLflow model: ``model.py``) and the config to MLflow. While it
+compiles, DSPy's compile logging goes into the run too (``traces.compile_logging``) unless ``autolog`` is off.
 
 How a run ends: FINISHED; FAILED when it raises, or when more than ``max_failed`` of its questions failed
 (``RunFailedError``, so that a run whose server was down is not read as a result); KILLED when Ctrl-C or SIGTERM stops
@@ -27,15 +28,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ragscale.experiments import resume, tracking
+from ragscale.experiments import resume, traces, tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, evaluate, summarize, write_tables
 from ragscale.experiments.files import exclusive, slug, write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.inputs import corpus_for
+from ragscale.experiments.model import MODEL
 from ragscale.experiments.provenance import data_files, provenance_tags
 from ragscale.experiments.signals import interrupted
-from ragscale.experiments.traces import tracing
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,10 @@ METRICS = (
 )  # fmt: skip
 """The summary's values logged as MLflow metrics (with load_s, index_s and each behaviour value as
 ``behaviour.<name>``)."""
+
+
+EVALUATION_TABLE = "eval_results_table.json"
+"""The per-question records as an MLflow table: the UI's evaluation view compares two runs question by question."""
 
 
 MAX_FAILED = 0.5
@@ -202,6 +207,32 @@ def oracle_params(retriever) -> dict[str, str]:
     return {"retriever_identity": identity} if identity else {}
 
 
+@contextlib.contextmanager
+def _not_logged(runs_dir, run_id):
+    yield
+
+
+def log_model(config: RunConfig, run_id: str, program, corpus) -> str | None:
+    """Log the run's program as an MLflow model (``model.py``: code and JSON, no pickle) and return its URI; None
+    for a program searching a retriever given to the run (an oracle's, a sweep's), which the model cannot carry. A
+    failure to log it is a warning: the run's results stand without it."""
+    from ragscale.experiments.model import Searched, log_program
+
+    if program.retrieves and corpus is None:
+        return None
+    searched = None
+    if corpus is not None:
+        searched = Searched(corpus, config.retriever, index_dir=config.runs_dir / "indexes",
+                            chroma_url=config.chroma_url, data_dir=config.data_dir)  # fmt: skip
+    try:
+        with tracking.active(config.runs_dir, run_id):
+            log_program(program, lm=config.lm, api_base=config.api_base, adapter=config.adapter, searched=searched)
+    except Exception as exc:
+        log.warning("run %s: its program could not be logged as an MLflow model: %s", run_id, exc)
+        return None
+    return f"runs:/{run_id}/{MODEL}"
+
+
 def default_run_name(config: RunConfig) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{config.method}-{config.optimizer}-{config.dataset}-{slug(config.lm)}-{stamp}"
@@ -342,8 +373,10 @@ def run_experiment(
                                 decode=TEACHER_DECODE,
                             )
                             loaded.append(reflection_lm)
+                        logged = traces.compile_logging if config.autolog else _not_logged
                         try:
-                            program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
+                            with logged(config.runs_dir, run_id):
+                                program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
                         finally:
                             for helper in loaded:
                                 release_lm(helper)
@@ -359,7 +392,7 @@ def run_experiment(
                 fits_context(program, lm, adapter, [*train, *evalset], passages=passages)
 
             eval_start = time.perf_counter()
-            traced = tracing(config.runs_dir, run_id) if config.trace else contextlib.nullcontext()
+            traced = traces.tracing(config.runs_dir, run_id) if config.trace else contextlib.nullcontext()
             with traced:
                 records = evaluate(
                     program, evalset, threads=config.threads, records_path=work / PREDICTIONS, progress=progress,
@@ -379,6 +412,7 @@ def run_experiment(
             resumed=len(done),
             corpus=searched,
         )
+        summary["model_uri"] = log_model(config, run_id, program, corpus)
         write_json(work / "summary.json", summary, indent=2)
         (work / "config.toml").write_text(config.to_toml(), encoding="utf-8")
         tables = write_tables(records, work)
@@ -392,6 +426,7 @@ def run_experiment(
             run_id,
             [work / PREDICTIONS, *tables, work / PROGRAM, work / "config.toml", work / "summary.json"],
         )
+        tracking.log_table(config.runs_dir, run_id, records, EVALUATION_TABLE)
         failed, n = summary["failed"], summary["n"]
         if failed == n or failed > max_failed * n:
             first = next(r["error"] for r in records if r["error"] is not None)

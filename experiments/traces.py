@@ -8,15 +8,16 @@ turns it off and links every trace tagged with the run to it (``MlflowClient.lin
 tagged with the run and the question id, under which DSPy's spans nest; outside ``tracing`` it does nothing.
 Each question runs in a copy of the caller's context, so the threads of an evaluation carry the run.
 
-Tracing is off by default: it costs time on every call (``docs/runs.md`` says how much). MLflow's tracing is
-process-wide state, so one traced run at a time per process.
+Tracing is off by default: it costs time on every call (``docs/runs.md`` says how much). ``compile_logging`` is
+DSPy's compile and evaluation logging (MLflow's ``log_compiles`` and ``log_evals``), which a tracked run turns on
+while it compiles unless told not to (``--no-autolog``). MLflow's autolog is process-wide state, so one traced or
+compiling run at a time per process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,34 +28,48 @@ _RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragscale_trac
 
 
 @contextlib.contextmanager
-def tracing(runs_dir: Path, run_id: str) -> Iterator[None]:
-    """Trace the questions answered inside the block into run ``run_id`` (see the module docstring)."""
+def _autolog(**options: bool) -> Iterator[None]:
+    """``mlflow.dspy.autolog(**options)`` for the block. Autolog adds its callback to DSPy's global settings, which a
+    ``dspy.context`` entered earlier (the run's LM and adapter) does not see: the callback is added to the current
+    context too."""
     import dspy
     import mlflow
     from mlflow.dspy.callback import MlflowCallback
 
-    from ragscale.experiments import tracking
-
-    previous = os.environ.get("MLFLOW_TRACKING_URI")  # mlflow.set_tracking_uri also sets it for the process
-    mlflow.set_tracking_uri(tracking.tracking_uri(runs_dir))
-    mlflow.set_experiment(experiment_id=tracking.experiment_id(tracking.client(runs_dir), runs_dir))
-    mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True, silent=True)
-    # autolog adds its callback to DSPy's global settings, which a dspy.context entered earlier (the run's LM and
-    # adapter) does not see: the callback is added to the current context too.
+    mlflow.dspy.autolog(silent=True, **options)
     callbacks = [c for c in dspy.settings.callbacks if not isinstance(c, MlflowCallback)]
-    token = _RUN.set(run_id)
     try:
         with dspy.context(callbacks=[*callbacks, MlflowCallback()]):
             yield
     finally:
-        _RUN.reset(token)
         mlflow.dspy.autolog(disable=True, silent=True)
         mlflow.flush_trace_async_logging()
-        if previous is None:  # later runs of this process track where they would have
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = previous
-        link(runs_dir, run_id)
+
+
+@contextlib.contextmanager
+def tracing(runs_dir: Path, run_id: str) -> Iterator[None]:
+    """Trace the questions answered inside the block into run ``run_id`` (see the module docstring)."""
+    from ragscale.experiments import tracking
+
+    with tracking.pointed_at(runs_dir), _autolog(log_traces=True, log_traces_from_compile=False):
+        token = _RUN.set(run_id)
+        try:
+            yield
+        finally:
+            _RUN.reset(token)
+    link(runs_dir, run_id)
+
+
+@contextlib.contextmanager
+def compile_logging(runs_dir: Path, run_id: str) -> Iterator[None]:
+    """DSPy's own logging of compilation, ``mlflow.dspy.autolog(log_compiles=True, log_evals=True)``, into run
+    ``run_id`` for the block: each teleprompter's best program as JSON (``best_model.json``), its trainset and
+    valset as tables, the LM's settings, and a nested run with its score for each evaluation a teleprompter makes
+    (random-search's and MIPRO's candidates). No trace of each call is kept (``--trace`` does that)."""
+    from ragscale.experiments import tracking
+
+    with tracking.active(runs_dir, run_id), _autolog(log_traces=False, log_compiles=True, log_evals=True):
+        yield
 
 
 def link(runs_dir: Path, run_id: str) -> int:

@@ -15,10 +15,11 @@ two runs started together on a new runs directory do not both create the tables.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def is_server(runs_dir: Path) -> bool:
 
 _opened: set[tuple[Path, str]] = set()  # (runs directory, store URI) opened in this process
 _opening = threading.Lock()
+_fluent = threading.RLock()
 
 
 def client(runs_dir: Path):
@@ -129,6 +131,51 @@ def log_artifacts(runs_dir: Path, run_id: str, paths: list[Path]) -> None:
     mlflow_client = client(runs_dir)
     for path in paths:
         mlflow_client.log_artifact(run_id, str(path))
+
+
+def log_table(runs_dir: Path, run_id: str, records: list[Mapping[str, Any]], artifact_file: str) -> None:
+    """Log per-question ``records`` as an MLflow table (a JSON artifact the UI's evaluation view shows and compares
+    across runs, question by question): one row a record, lists joined with " | "."""
+    columns: dict[str, list] = {}
+    for name in records[0] if records else ():
+        values = [record.get(name) for record in records]
+        if all(isinstance(value, list) or value is None for value in values):
+            values = [" | ".join(map(str, value or [])) for value in values]
+        elif not all(isinstance(value, str | int | float | bool) or value is None for value in values):
+            continue  # nested values (a record's behaviour) stay in the predictions file
+        columns[name] = values
+    client(runs_dir).log_table(run_id, data=columns, artifact_file=artifact_file)
+
+
+@contextlib.contextmanager
+def pointed_at(runs_dir: Path) -> Iterator[None]:
+    """MLflow's fluent API (``mlflow.start_run``, ``log_model``, autolog, tracing) pointed at the runs directory's
+    store and the ragscale experiment for the block; ``MLFLOW_TRACKING_URI`` is as it was afterwards, so later runs
+    of this process track where they would have."""
+    import mlflow
+
+    with _fluent:  # the fluent API's store is the process's: one runs directory at a time
+        previous = os.environ.get("MLFLOW_TRACKING_URI")  # mlflow.set_tracking_uri also sets it for the process
+        mlflow.set_tracking_uri(tracking_uri(runs_dir))
+        mlflow.set_experiment(experiment_id=experiment_id(client(runs_dir), runs_dir))
+        try:
+            yield
+        finally:
+            mlflow.set_tracking_uri(previous)  # None unsets the variable again
+
+
+@contextlib.contextmanager
+def active(runs_dir: Path, run_id: str) -> Iterator[None]:
+    """Run ``run_id`` as MLflow's active run for the block (what ``log_model`` and DSPy's autolog log into); it is
+    RUNNING again afterwards, since the runner, not the block, says how it ends."""
+    import mlflow
+
+    with pointed_at(runs_dir):
+        try:
+            with mlflow.start_run(run_id=run_id):
+                yield
+        finally:
+            client(runs_dir).update_run(run_id, status="RUNNING")
 
 
 def log_data_files(runs_dir: Path, run_id: str, files: Mapping[str, Path]) -> None:

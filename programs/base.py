@@ -22,7 +22,8 @@ never its name, so a new method is one file and one line in the registry:
 Every method is built as ``cls(retriever=..., k=...)`` (plus ``max_iterations`` when it iterates), with no default
 for either: the documents per query and the iterations are the run's (``RunConfig.docs``, ``.iterations``), whose
 defaults are the only ones. ``retriever`` and ``k`` are kept as attributes, since a demonstration's documents are
-retrieved with the student's own.
+retrieved with the student's own. A plain function given as the retriever (a user's own search, returning texts or
+``{title, text}`` dicts) is wrapped so that it returns passages (``retrieval/function.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import dspy
+
+from ragscale.programs.retrieval.function import as_retriever
 
 
 class Method(dspy.Module):
@@ -43,8 +46,17 @@ class Method(dspy.Module):
     demo_documents: ClassVar[bool] = True
     without_demos: ClassVar[str | None] = None
 
-    retriever = None
     k: int = 0
+
+    @property
+    def retriever(self) -> Any:
+        """What the method searches: ``retriever(query, k) -> list[Passage]``; a plain function set here (a user's
+        own search returning texts or dicts) is wrapped in a ``FunctionRetriever``."""
+        return self.__dict__.get("_retriever")
+
+    @retriever.setter
+    def retriever(self, value: Any) -> None:
+        self.__dict__["_retriever"] = as_retriever(value)
 
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor (by name) can see in one call; a predictor left out sees none."""

@@ -1,11 +1,14 @@
-"""Real servers for the opt-in ``-m server`` tests: a free port, and a command run until the test is done."""
+"""Real servers for the tests: a free port, a command run until the test is done (the opt-in ``-m server`` tests),
+and a minimal OpenAI-compatible chat server run in a thread."""
 
 import contextlib
+import json
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -72,3 +75,36 @@ def serving_in_thread(handler: type):
     finally:
         server.shutdown()
         server.server_close()
+
+
+class ChatCompletions(BaseHTTPRequestHandler):
+    """A minimal /v1/chat/completions: answers with the capital named in the prompt, in DSPy's chat format when the
+    prompt asks for it."""
+
+    received: list[dict] = []  # noqa: RUF012 -- the requests this server saw, for the test to inspect
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).received.append({"path": self.path, **body})
+        prompt = " ".join(str(m.get("content")) for m in body["messages"])
+        answer = "Paris" if "France" in prompt else "unknown"
+        chat_format = "[[ ## completed ## ]]" in prompt  # DSPy's ChatAdapter; ragscale's adapter asks for the value
+        content = f"[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]" if chat_format else answer
+        n_prompt = len(prompt.split())
+        reply = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": 7, "total_tokens": n_prompt + 7},
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass

@@ -4,9 +4,10 @@ The folders are layers. ``process`` is the bottom one: how a process is set up (
 heap, OpenMP's threads, logging), which every folder may import and which imports only itself. Above it,
 dependencies flow `signatures <- programs <- optimizers <- experiments`, and `experiments -> data`: a folder may
 import its own modules, those of the folders to its left and ``process``; `data` imports only itself and
-``process``; nothing but `experiments` imports `experiments`. There is no exception to these rules. Imports are
-read from the sources (every `import` statement, those inside functions included), so a lazy import cannot hide a
-wrong direction or a cycle.
+``process``; nothing but `experiments` and the door imports `experiments`. The door, ``ragscale/`` (``import
+ragscale``: the Python API), may import every layer, and no layer imports it. There is no exception to these
+rules. Imports are read from the sources (every `import` statement, those inside functions included), so a lazy
+import cannot hide a wrong direction or a cycle.
 
 A source file over ``LONG_FILE_LINES`` lines is one the layout names in ``KEPT_WHOLE``, with the reason it is kept
 whole.
@@ -18,8 +19,11 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE_ROOTS = ("process", "signatures", "programs", "optimizers", "experiments", "data")
+DOOR = "ragscale"
+"""The folder of ``import ragscale`` itself: the Python API, above every layer, which no layer imports."""
+SOURCE_ROOTS = ("process", "signatures", "programs", "optimizers", "experiments", "data", DOOR)
 MAY_IMPORT = {
+    DOOR: {"process", "signatures", "programs", "optimizers", "experiments", "data", DOOR},
     "process": {"process"},
     "signatures": {"process", "signatures"},
     "programs": {"process", "signatures", "programs"},
@@ -55,7 +59,9 @@ def _sources() -> dict[str, Path]:
             if "__pycache__" in path.parts:
                 continue
             parts = path.relative_to(REPO).with_suffix("").parts
-            if parts[-1] == "__init__":
+            if parts[0] == DOOR:  # the door's modules sit at the namespace's root: ragscale, ragscale.api
+                parts = parts[1:]
+            if parts and parts[-1] == "__init__":
                 parts = parts[:-1]
             modules[".".join(("ragscale", *parts))] = path
     return modules
@@ -82,7 +88,9 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _folder(module: str) -> str:
-    return module.split(".")[1]
+    """The layout folder a module lives in: its first name under ``ragscale``, or the door's own folder."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in SOURCE_ROOTS else DOOR
 
 
 def test_every_source_package_is_listed_in_pyproject():
@@ -98,6 +106,10 @@ def test_every_source_package_is_listed_in_pyproject():
     assert found - listed_dirs == set(), "add these folders to [tool.setuptools.package-dir] and packages"
 
 
+def test_the_door_is_the_namespaces_root_package():
+    assert _pyproject()["tool"]["setuptools"]["package-dir"][DOOR] == DOOR
+
+
 def test_every_mapped_package_is_in_the_package_list():
     setuptools = _pyproject()["tool"]["setuptools"]
     assert set(setuptools["package-dir"]) == set(setuptools["packages"])
@@ -105,7 +117,7 @@ def test_every_mapped_package_is_in_the_package_list():
 
 def test_packages_live_under_the_ragscale_namespace():
     setuptools = _pyproject()["tool"]["setuptools"]
-    assert all(name.startswith("ragscale.") for name in setuptools["packages"])
+    assert all(name == DOOR or name.startswith("ragscale.") for name in setuptools["packages"])
 
 
 def test_every_source_module_is_found_under_a_folder_of_the_layout():

@@ -106,6 +106,12 @@ def add_run(subparsers) -> None:
         action="store_true",
         help="MLflow traces of every question's module and LM calls, linked to the run (off: it costs time)",
     )
+    run.add_argument(
+        "--no-autolog",
+        dest="autolog",
+        action="store_false",
+        help="no DSPy compile and evaluation logging (mlflow.dspy.autolog's log_compiles, log_evals) while compiling",
+    )
     run.add_argument("--json", dest="json_path", type=Path, help="also write the summary to this JSON file")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     run.add_argument(

@@ -214,8 +214,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             args.json_path,
             {
                 "table": result.table,
-                "rows": result.rows,
-                "oracle": result.oracle,
+                "rows": [row.to_json() for row in result.rows],
+                "oracle": [row.to_json() for row in result.oracle],
                 "allocation": result.allocation,
                 "claims": result.claims,
             },

@@ -522,7 +522,8 @@ def run_sweep(
         point = item.point
         name = f"[{number}/{len(todo)}] {point.label}"
         config = point_config(base, point, docs_per_demo=docs_per_demo, teacher=teacher)
-        config = replace(config, run_name=f"{sweep_dir.name}-{file_label(point.label)}")
+        # no DSPy autolog: it configures DSPy for the process, which a worker thread may not, and runs run side by side
+        config = replace(config, run_name=f"{sweep_dir.name}-{file_label(point.label)}", autolog=False)
         if time_up():
             with shared:
                 report(f"{name}: not started, the time limit passed")

@@ -45,7 +45,9 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     client = tracking.client(cfg.runs_dir)
     run = client.get_run(summary["mlflow_run_id"])
     assert run.info.status == "FINISHED"
-    assert run.data.params == {**cfg.to_params(), **corpus_params(summary["corpus"])}
+    params = dict(run.data.params)
+    assert "local/scripted" in params.pop("lm_params")  # DSPy's compile logging (autolog) says the LM compiled with
+    assert params == {**cfg.to_params(), **corpus_params(summary["corpus"])}
     assert run.data.params["corpus_sha256"] == summary["corpus"]["sha256"] == run.data.tags[PREFIX + "corpus_sha256"]
     assert run.data.params["method"] == "drag" and run.data.params["shots"] == "2"
     for metric in (
@@ -63,6 +65,8 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     assert run.data.metrics[EFFECTIVE_CONTEXT] == summary[EFFECTIVE_CONTEXT] > 0
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {PREDICTIONS, "predictions.csv", "predictions.md", "program.json", "config.toml"} <= artifacts
+    assert {"eval_results_table.json", "best_model.json"} <= artifacts  # the evaluation table, DSPy's compile log
+    assert summary["model_uri"] == f"runs:/{run.info.run_id}/model"
     assert str(Path(run.info.artifact_uri.removeprefix("file://")).resolve()).startswith(str(cfg.runs_dir))
 
 

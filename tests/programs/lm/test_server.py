@@ -1,44 +1,12 @@
 """The scale-out path: the same DSPy program against an OpenAI-compatible server given by model name and URL."""
 
 import json
-from http.server import BaseHTTPRequestHandler
 
 import dspy
 import pytest
-from servers import serving_in_thread
+from servers import ChatCompletions, serving_in_thread
 
 from ragscale.programs.lm import chat, context_window, count_tokens, load_lm, meter
-
-
-class ChatCompletions(BaseHTTPRequestHandler):
-    """A minimal /v1/chat/completions: answers in DSPy's chat format with the capital named in the prompt."""
-
-    received: list[dict] = []  # noqa: RUF012 -- the requests this server saw, for the test to inspect
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).received.append({"path": self.path, **body})
-        prompt = " ".join(str(m.get("content")) for m in body["messages"])
-        answer = "Paris" if "France" in prompt else "unknown"
-        content = f"[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
-        n_prompt = len(prompt.split())
-        reply = {
-            "id": "chatcmpl-test",
-            "object": "chat.completion",
-            "created": 0,
-            "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": 7, "total_tokens": n_prompt + 7},
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
