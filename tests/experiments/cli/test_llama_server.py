@@ -126,3 +126,30 @@ def test_a_program_compiled_with_a_teacher_on_the_server_runs_against_it(server,
     assert summary["failed"] == 0 and summary["compile_lm_calls"] > 0
     answered = sum(r["output_tokens"] for r in records(tmp_path, summary))
     assert served == summary["compile_output_tokens"] + answered  # the teacher's calls and the student's, all served
+
+
+@pytest.mark.parametrize("adapter", ["chat", "json", "field"])
+def test_rag_drag_and_iterdrag_answer_through_a_plain_dspy_lm_on_the_server(server, adapter, shared_datasets):
+    """Any ``dspy.LM``: DSPy's own, not ragscale's metered one, pointed at the server, with DSPy's adapters and
+    ragscale's. Each method, DRAG and IterDRAG compiled with labeled demonstrations, answers every question."""
+    import dspy
+
+    import ragscale
+    from ragscale.programs.lm import make_adapter
+
+    train = ragscale.load_split("hotpotqa", "train", shared_datasets)[:4]
+    dev = ragscale.load_split("hotpotqa", "dev", shared_datasets)[:6]
+    retriever = ragscale.retriever([p for q in dev for p in q.paragraphs], kind="bm25", progress=False,
+                                   index_dir=os.environ.get("TMPDIR", "/tmp") + "/ragscale-plain-lm-indexes")  # fmt: skip
+    lm = dspy.LM("openai/qwen", api_base=server, api_key="unused", cache=False, temperature=0.0, max_tokens=64)
+    scores = {}
+    with dspy.context(lm=lm, adapter=make_adapter(adapter)):
+        for method in (ragscale.RAG(retriever, k=3), ragscale.DRAG(retriever, k=3),
+                       ragscale.IterDRAG(retriever, k=3, max_iterations=2)):  # fmt: skip
+            program = ragscale.compile(method, train, optimizer="labeled", shots=1, docs_per_demo=1)
+            result = ragscale.evaluate(program, dev, threads=SLOTS)
+            errors = [r["error"] for r in result.records if r["error"]]
+            assert result.failed == 0, (type(method).__name__, adapter, errors)
+            scores[method.name] = result.em
+    assert len(lm.history) >= 3 * len(dev)  # every call went through the plain dspy.LM
+    print(adapter, scores)
