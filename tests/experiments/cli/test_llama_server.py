@@ -129,7 +129,7 @@ def test_a_program_compiled_with_a_teacher_on_the_server_runs_against_it(server,
 
 
 @pytest.mark.parametrize("adapter", ["chat", "json", "field"])
-def test_rag_drag_and_iterdrag_answer_through_a_plain_dspy_lm_on_the_server(server, adapter, shared_datasets):
+def test_rag_drag_and_iterdrag_answer_through_a_plain_dspy_lm_on_the_server(server, adapter, shared_datasets, tmp_path):
     """Any ``dspy.LM``: DSPy's own, not ragscale's metered one, pointed at the server, with DSPy's adapters and
     ragscale's. Each method, DRAG and IterDRAG compiled with labeled demonstrations, answers every question."""
     import dspy
@@ -139,8 +139,8 @@ def test_rag_drag_and_iterdrag_answer_through_a_plain_dspy_lm_on_the_server(serv
 
     train = ragscale.load_split("hotpotqa", "train", shared_datasets)[:4]
     dev = ragscale.load_split("hotpotqa", "dev", shared_datasets)[:6]
-    retriever = ragscale.retriever([p for q in dev for p in q.paragraphs], kind="bm25", progress=False,
-                                   index_dir=os.environ.get("TMPDIR", "/tmp") + "/ragscale-plain-lm-indexes")  # fmt: skip
+    passages = [p for q in dev for p in q.paragraphs]
+    retriever = ragscale.retriever(passages, kind="bm25", index_dir=tmp_path, progress=False)
     lm = dspy.LM("openai/qwen", api_base=server, api_key="unused", cache=False, temperature=0.0, max_tokens=64)
     scores = {}
     with dspy.context(lm=lm, adapter=make_adapter(adapter)):
