@@ -94,3 +94,17 @@ def test_a_corpus_changed_since_the_program_was_logged_is_refused_naming_both_di
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=f"corpus '{corpus}' has changed.*logged"):
         load(None, {"config": str(tmp_path / "config.json"), "program": str(Path(tmp_path / "p.json"))})
+
+
+def test_a_model_config_given_at_load_time_is_laid_over_the_logged_one(tmp_path):
+    from ragscale.experiments.model import load
+    from ragscale.programs import ClosedBook
+
+    ClosedBook().save(str(tmp_path / "program.json"))
+    config = {"method": "closed-book", "k": 0, "lm": "openai/qwen", "api_base": "http://logged:8000/v1",
+              "adapter": "chat", "retriever": None}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    artifacts = {"config": str(tmp_path / "config.json"), "program": str(tmp_path / "program.json")}
+    assert load(None, artifacts).lm.kwargs["api_base"] == "http://logged:8000/v1"
+    moved = load({"api_base": "http://replica:8000/v1"}, artifacts)
+    assert moved.lm.kwargs["api_base"] == "http://replica:8000/v1" and type(moved.program).__name__ == "ClosedBook"
