@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import contextvars
 import csv
-import io
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -149,7 +149,7 @@ def evaluate(
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ragscale-eval")
     try:
         with (
-            records_path.open("w", encoding="utf-8") if records_path is not None else io.StringIO() as out,
+            open(records_path or os.devnull, "w", encoding="utf-8") as out,
             tqdm(total=len(examples), initial=len(records), desc="evaluating", unit="q", disable=not progress) as bar,
         ):
             for record in records:

@@ -167,29 +167,14 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
     """Compile ``program`` on ``trainset`` with the configured teleprompter (``none`` returns it as it is), the
     teacher copy on ``teacher_lm`` when given; its Grade predictors (CRAG, Self-RAG) are then compiled on their own
     relevance labels (``compile_graders``), with the same teacher."""
-    from ragscale.optimizers.graders import compile_graders
+    from ragscale.optimizers.method import compile_method
     from ragscale.optimizers.metrics import METRICS as SCORES
-    from ragscale.optimizers.teleprompters import compile_program
 
-    common = {
-        "shots": config.shots,
-        "lm": lm,
-        "adapter": adapter,
-        "seed": config.seed,
-        "teacher_lm": teacher_lm,
-        "reflection_lm": reflection_lm,
-        "budget": config.budget,
-    }
-    compiled = compile_program(
-        program,
-        list(trainset),
-        optimizer=config.optimizer,
-        metric=SCORES[config.metric],
-        docs_per_demo=config.docs_per_demo,
-        threads=config.threads,
-        **common,
-    )
-    return compile_graders(compiled, list(trainset), optimizer=config.optimizer, threads=config.threads, **common)
+    return compile_method(
+        program, trainset, optimizer=config.optimizer, metric=SCORES[config.metric], shots=config.shots,
+        docs_per_demo=config.docs_per_demo, threads=config.threads, lm=lm, adapter=adapter, seed=config.seed,
+        teacher_lm=teacher_lm, reflection_lm=reflection_lm, budget=config.budget,
+    )  # fmt: skip
 
 
 def corpus_params(corpus) -> dict[str, str]:
@@ -207,11 +192,6 @@ def oracle_params(retriever) -> dict[str, str]:
     return {"retriever_identity": identity} if identity else {}
 
 
-@contextlib.contextmanager
-def _not_logged(runs_dir, run_id):
-    yield
-
-
 def log_model(config: RunConfig, run_id: str, program, corpus) -> str | None:
     """Log the run's program as an MLflow model (``model.py``: code and JSON, no pickle) and return its URI; None
     for a program searching a retriever given to the run (an oracle's, a sweep's), which the model cannot carry. A
@@ -224,9 +204,10 @@ def log_model(config: RunConfig, run_id: str, program, corpus) -> str | None:
     if corpus is not None:
         searched = Searched(corpus, config.retriever, index_dir=config.runs_dir / "indexes",
                             chroma_url=config.chroma_url, data_dir=config.data_dir)  # fmt: skip
+    lm = {"lm": config.lm, "api_base": config.api_base, "max_tokens": config.max_tokens, "weights": config.weights}
     try:
         with tracking.active(config.runs_dir, run_id):
-            log_program(program, lm=config.lm, api_base=config.api_base, adapter=config.adapter, searched=searched)
+            log_program(program, lm=lm, adapter=config.adapter, searched=searched)
     except Exception as exc:
         log.warning("run %s: its program could not be logged as an MLflow model: %s", run_id, exc)
         return None
@@ -373,9 +354,9 @@ def run_experiment(
                                 decode=TEACHER_DECODE,
                             )
                             loaded.append(reflection_lm)
-                        logged = traces.compile_logging if config.autolog else _not_logged
+                        logged = traces.compile_logging(config.runs_dir, run_id) if config.autolog else None
                         try:
-                            with logged(config.runs_dir, run_id):
+                            with logged or contextlib.nullcontext():
                                 program = compile_for(config, program, train, lm, adapter, teacher_lm, reflection_lm)
                         finally:
                             for helper in loaded:
@@ -412,7 +393,10 @@ def run_experiment(
             resumed=len(done),
             corpus=searched,
         )
-        summary["model_uri"] = log_model(config, run_id, program, corpus)
+        failed, n = summary["failed"], summary["n"]
+        too_many_failed = failed == n or failed > max_failed * n
+        if not too_many_failed:  # a failed run is resumed, and logs its model and table once, when it finishes
+            summary["model_uri"] = log_model(config, run_id, program, corpus)
         write_json(work / "summary.json", summary, indent=2)
         (work / "config.toml").write_text(config.to_toml(), encoding="utf-8")
         tables = write_tables(records, work)
@@ -426,15 +410,14 @@ def run_experiment(
             run_id,
             [work / PREDICTIONS, *tables, work / PROGRAM, work / "config.toml", work / "summary.json"],
         )
-        tracking.log_table(config.runs_dir, run_id, records, EVALUATION_TABLE)
-        failed, n = summary["failed"], summary["n"]
-        if failed == n or failed > max_failed * n:
+        if too_many_failed:
             first = next(r["error"] for r in records if r["error"] is not None)
             raise RunFailedError(
                 f"run {run_id}: {failed} of {n} questions failed (more than max_failed {max_failed:.0%}); "
                 f"the first error: {first}. Fix the cause and rerun the same command: it resumes the run and asks "
                 "the failed questions again"
             )
+        tracking.log_table(config.runs_dir, run_id, records, EVALUATION_TABLE)
         tracking.end_run(config.runs_dir, run_id)  # before the lock is let go: a finished run is never taken over
     except BaseException as exc:
         # Keep what finished: the predictions written so far go to MLflow with the run marked failed (or killed).

@@ -18,8 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
+import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 RUN_TAG = "ragscale.run_id"
 """The trace tag that names the run a question's trace belongs to."""
@@ -28,36 +33,54 @@ _RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragscale_trac
 
 
 @contextlib.contextmanager
-def _autolog(**options: bool) -> Iterator[None]:
-    """``mlflow.dspy.autolog(**options)`` for the block. Autolog adds its callback to DSPy's global settings, which a
-    ``dspy.context`` entered earlier (the run's LM and adapter) does not see: the callback is added to the current
-    context too."""
+def _autolog(**options: bool) -> Iterator[bool]:
+    """``mlflow.dspy.autolog(**options)`` for the block; yields whether it is on. Autolog adds its callback to DSPy's
+    global settings, which a ``dspy.context`` entered earlier (the run's LM and adapter) does not see: the callback
+    is added to the current context too. DSPy's settings as they were (usage tracking, which autolog turns on) are
+    set again afterwards. Left off, with a warning, where autolog would change what is not the block's: DSPy
+    autolog the caller turned on (its settings stand), or DSPy settings that this thread may not change."""
     import dspy
     import mlflow
     from mlflow.dspy.callback import MlflowCallback
+    from mlflow.utils.autologging_utils import autologging_is_disabled
 
+    # DSPy's process-wide settings, which a dspy.context entered around this block hides (no public getter), and its
+    # rule: only the thread that configured them first may configure them again
+    dspy_settings = importlib.import_module("dspy.dsp.utils.settings")
+    mine = dspy_settings.config_owner_thread_id in (None, threading.get_ident())
+    if not autologging_is_disabled("dspy") or not mine:
+        reason = "DSPy was configured by another thread" if not mine else "it is on already"
+        log.warning("DSPy autolog not turned on for this block: %s", reason)
+        yield False
+        return
+    track_usage = dspy_settings.main_thread_config.get("track_usage")
     mlflow.dspy.autolog(silent=True, **options)
     callbacks = [c for c in dspy.settings.callbacks if not isinstance(c, MlflowCallback)]
     try:
         with dspy.context(callbacks=[*callbacks, MlflowCallback()]):
-            yield
+            yield True
     finally:
         mlflow.dspy.autolog(disable=True, silent=True)
         mlflow.flush_trace_async_logging()
+        if dspy_settings.main_thread_config.get("track_usage") != track_usage:
+            dspy.settings.configure(track_usage=track_usage)
 
 
 @contextlib.contextmanager
 def tracing(runs_dir: Path, run_id: str) -> Iterator[None]:
-    """Trace the questions answered inside the block into run ``run_id`` (see the module docstring)."""
+    """Trace the questions answered inside the block into run ``run_id`` (see the module docstring); the traces
+    are linked to the run however the block ends."""
     from ragscale.experiments import tracking
 
-    with tracking.pointed_at(runs_dir), _autolog(log_traces=True, log_traces_from_compile=False):
-        token = _RUN.set(run_id)
-        try:
-            yield
-        finally:
-            _RUN.reset(token)
-    link(runs_dir, run_id)
+    try:
+        with tracking.pointed_at(runs_dir), _autolog(log_traces=True, log_traces_from_compile=False):
+            token = _RUN.set(run_id)
+            try:
+                yield
+            finally:
+                _RUN.reset(token)
+    finally:
+        link(runs_dir, run_id)
 
 
 @contextlib.contextmanager

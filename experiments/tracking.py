@@ -150,29 +150,37 @@ def log_table(runs_dir: Path, run_id: str, records: list[Mapping[str, Any]], art
 @contextlib.contextmanager
 def pointed_at(runs_dir: Path) -> Iterator[None]:
     """MLflow's fluent API (``mlflow.start_run``, ``log_model``, autolog, tracing) pointed at the runs directory's
-    store and the ragscale experiment for the block; ``MLFLOW_TRACKING_URI`` is as it was afterwards, so later runs
-    of this process track where they would have."""
+    store and the ragscale experiment for the block; the tracking URI and the active experiment are as they were
+    afterwards, so the caller's own MLflow calls, and later runs, track where they would have."""
     import mlflow
+    from mlflow.tracking import fluent
 
     with _fluent:  # the fluent API's store is the process's: one runs directory at a time
-        previous = os.environ.get("MLFLOW_TRACKING_URI")  # mlflow.set_tracking_uri also sets it for the process
+        uri = os.environ.get("MLFLOW_TRACKING_URI")  # mlflow.set_tracking_uri also sets it for the process
+        experiment = fluent._active_experiment_id, os.environ.get("MLFLOW_EXPERIMENT_ID")  # no public getter
         mlflow.set_tracking_uri(tracking_uri(runs_dir))
         mlflow.set_experiment(experiment_id=experiment_id(client(runs_dir), runs_dir))
         try:
             yield
         finally:
-            mlflow.set_tracking_uri(previous)  # None unsets the variable again
+            mlflow.set_tracking_uri(uri)  # None unsets the variable again
+            fluent._active_experiment_id = experiment[0]
+            if experiment[1] is None:
+                os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+            else:
+                os.environ["MLFLOW_EXPERIMENT_ID"] = experiment[1]
 
 
 @contextlib.contextmanager
 def active(runs_dir: Path, run_id: str) -> Iterator[None]:
-    """Run ``run_id`` as MLflow's active run for the block (what ``log_model`` and DSPy's autolog log into); it is
-    RUNNING again afterwards, since the runner, not the block, says how it ends."""
+    """Run ``run_id`` as MLflow's active run for the block (what ``log_model`` and DSPy's autolog log into), nested
+    in the caller's own active run if there is one; ``run_id`` is RUNNING again afterwards, since the runner, not
+    the block, says how it ends, and the caller's run is active again."""
     import mlflow
 
     with pointed_at(runs_dir):
         try:
-            with mlflow.start_run(run_id=run_id):
+            with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
                 yield
         finally:
             client(runs_dir).update_run(run_id, status="RUNNING")

@@ -52,11 +52,11 @@ class Method(dspy.Module):
     def retriever(self) -> Any:
         """What the method searches: ``retriever(query, k) -> list[Passage]``; a plain function set here (a user's
         own search returning texts or dicts) is wrapped in a ``FunctionRetriever``."""
-        return self.__dict__.get("_retriever")
+        return self.__dict__.get("retriever")
 
     @retriever.setter
-    def retriever(self, value: Any) -> None:
-        self.__dict__["_retriever"] = as_retriever(value)
+    def retriever(self, value: Any) -> None:  # kept under its own name: DSPy names sub-modules by attribute
+        self.__dict__["retriever"] = as_retriever(value)
 
     def max_documents(self) -> dict[str, int]:
         """The most documents each predictor (by name) can see in one call; a predictor left out sees none."""

@@ -5,69 +5,66 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import dspy
+
+    from ragscale.programs.base import Method
 
 log = logging.getLogger(__name__)
 
 
 def compile(
-    program,
-    trainset: Sequence,
+    program: Method,
+    trainset: Sequence[dspy.Example],
     optimizer: str = "bootstrap",
     metric: str | Callable[..., float] = "em",
     *,
     shots: int = 4,
     docs_per_demo: int = 3,
-    teacher: Any = None,
-    valset: Sequence | None = None,
+    teacher: str | dspy.BaseLM | None = None,
+    reflection_lm: str | dspy.BaseLM | None = None,
     seed: int = 0,
     threads: int = 1,
     log_model: bool = True,
     **options: Any,
-):
+) -> Method:
     """``program`` compiled on ``trainset`` by the teleprompter ``optimizer``, judged by ``metric``; a new program.
 
     ``optimizer`` is one of ``ragscale.optimizers.teleprompters.OPTIMIZERS`` (``none``, ``labeled``, ``bootstrap``,
     ``random-search``, ``mipro``, ``gepa``); ``metric`` is ``"em"``, ``"f1"``, ``"acc"`` or your own
     ``metric(example, prediction, trace=None) -> float``. ``shots`` demonstrations per predictor, each keeping
-    ``docs_per_demo`` documents; ``teacher`` (a model name or a ``dspy.LM``) writes the traces for the bootstrap
-    family. A method's grader (CRAG's, Self-RAG's) is then compiled on its relevance labels, as ``ragscale run``
-    does. ``options`` are the teleprompter's own (``num_candidates``, ``max_attempts``, ``budget``,
-    ``reflection_lm``). Uses the LM and adapter of ``configure`` (or ``dspy.context``).
+    ``docs_per_demo`` documents; ``teacher`` (a model name or an LM) writes the traces for the bootstrap family, and
+    ``reflection_lm`` rewrites GEPA's instructions. A method's grader (CRAG's, Self-RAG's) is then compiled on its
+    relevance labels, as ``ragscale run`` does (``optimizers.method.compile_method``). ``options`` are the
+    teleprompter's own: ``valset``, ``num_candidates``, ``max_attempts``, GEPA's ``budget``. Uses the LM and adapter
+    of ``configure`` (or ``dspy.context``).
 
     Under an active MLflow run (``mlflow.start_run()``), the compiled program is logged to it as the model
     ``model`` (``log_model=False`` does not): ``mlflow.pyfunc.load_model("runs:/<id>/model")`` loads it back.
     """
-    from ragscale.optimizers.graders import compile_graders
+    from ragscale.optimizers.method import compile_method
     from ragscale.optimizers.metrics import METRICS
-    from ragscale.optimizers.teleprompters import compile_program
     from ragscale.programs.lm import load_lm
 
     if isinstance(metric, str):
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; valid choices: {', '.join(METRICS)}, or a callable")
         metric = METRICS[metric]
-    teacher_lm = load_lm(teacher) if isinstance(teacher, str) else teacher
-    common = {
-        "shots": shots,
-        "seed": seed,
-        "teacher_lm": teacher_lm,
-        "reflection_lm": options.pop("reflection_lm", None),
-        "budget": options.get("budget"),
-    }
-    compiled = compile_program(
-        program, list(trainset), optimizer=optimizer, metric=metric, docs_per_demo=docs_per_demo, valset=valset,
-        threads=threads, **common, **options,
-    )  # fmt: skip
-    compiled = compile_graders(compiled, list(trainset), optimizer=optimizer, threads=threads, **common)
+    teacher, reflection_lm = (load_lm(lm) if isinstance(lm, str) else lm for lm in (teacher, reflection_lm))
+    compiled = compile_method(program, trainset, optimizer=optimizer, metric=metric, shots=shots,
+                              docs_per_demo=docs_per_demo, threads=threads, seed=seed, teacher_lm=teacher,
+                              reflection_lm=reflection_lm, **options)  # fmt: skip
     if log_model:
         _log_if_tracked(compiled)
     return compiled
 
 
-def _log_if_tracked(program) -> None:
-    """Log ``program`` to MLflow's active run, if there is one, as the model ``model``; a program that cannot
-    travel (a function retriever, an LM that names no model) is said so in a warning, never an error."""
+def _log_if_tracked(program: Method) -> None:
+    """Log ``program`` to MLflow's active run, if there is one, as the model ``model``. Compiling is done by then,
+    so a program that cannot be logged (a function retriever, an LM that names no model, a store that fails) is
+    said so in a warning and returned all the same."""
     import sys
 
     if "mlflow" not in sys.modules:  # no run can be active in a process that never imported MLflow
@@ -76,43 +73,14 @@ def _log_if_tracked(program) -> None:
     import mlflow
 
     from ragscale.experiments.model import log_program
+    from ragscale.programs.lm import adapter_name, lm_reference
 
     if mlflow.active_run() is None:
         return
     try:
-        lm, api_base = lm_reference(dspy.settings.lm)
-        searched = getattr(program.retriever, "searched", None)
-        uri = log_program(program, lm=lm, api_base=api_base, adapter=adapter_name(dspy.settings.adapter),
-                          searched=searched)  # fmt: skip
-    except ValueError as exc:
+        uri = log_program(program, lm=lm_reference(dspy.settings.lm), adapter=adapter_name(dspy.settings.adapter),
+                          searched=getattr(program.retriever, "searched", None))  # fmt: skip
+    except Exception as exc:
         log.warning("the compiled program was not logged to MLflow: %s", exc)
         return
     log.info("compiled program logged to MLflow: %s", uri)
-
-
-def lm_reference(lm) -> tuple[str, str | None]:
-    """The name ``load_lm`` loads ``lm`` again by, and its server's URL; ``ValueError`` for an LM without one."""
-    model = getattr(lm, "model", None)
-    if not isinstance(model, str):
-        raise ValueError(f"the LM {type(lm).__name__} names no model to load again")
-    if model.startswith("local/"):
-        return model.removeprefix("local/"), None
-    api_base = (getattr(lm, "kwargs", None) or {}).get("api_base")
-    if model.startswith("openai/") and api_base:
-        return model, api_base
-    raise ValueError(f"the LM {model!r} is neither a local model nor an openai/<model> on a server (api_base)")
-
-
-def adapter_name(adapter) -> str:
-    """The name in ``ADAPTERS`` of an adapter like ``adapter`` (None: DSPy's default, ``chat``)."""
-    import dspy
-
-    from ragscale.programs.lm import FieldAdapter
-
-    if isinstance(adapter, FieldAdapter):
-        return "field-prefill" if adapter.continuation == "prefill" else "field"
-    if isinstance(adapter, dspy.JSONAdapter):
-        return "json"
-    if adapter is None or isinstance(adapter, dspy.ChatAdapter):
-        return "chat"
-    raise ValueError(f"adapter {type(adapter).__name__} is none of ragscale's ADAPTERS")

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dspy
+
+    from ragscale.experiments.compare import BootstrapCI
+    from ragscale.programs.base import Method
 
 
 @dataclass(frozen=True)
@@ -26,7 +33,7 @@ class Evaluation:
     behaviour: dict[str, float] = field(default_factory=dict)
     records: list[dict] = field(default_factory=list, repr=False)
 
-    def compare(self, other: Evaluation, metric: str = "em"):
+    def compare(self, other: Evaluation, metric: str = "em") -> BootstrapCI:
         """This evaluation against ``other`` on the questions both answered, pair by pair: the mean difference of
         ``metric`` (``em``, ``f1`` or ``acc``) in points, its paired bootstrap 95% CI and p-value
         (``experiments.compare.BootstrapCI``: ``diff``, ``low``, ``high``, ``n``, ``p``)."""
@@ -45,13 +52,15 @@ class Evaluation:
                 f"{self.effective_context:.0f} input tokens/question")  # fmt: skip
 
 
-def evaluate(program, examples: Sequence, *, threads: int = 4, progress: bool = False) -> Evaluation:
+def evaluate(
+    program: Method, examples: Sequence[dspy.Example], *, threads: int = 4, progress: bool = False
+) -> Evaluation:
     """``program`` run on ``examples`` (``dspy.Example`` objects with ``question`` and ``answers``, as
     ``load_split`` gives them), ``threads`` questions at a time, each in its own token meter and scored by EM, F1,
     Acc and, where the question names its supporting titles, retrieval recall. A question whose program raises is
     recorded with its error and scores 0. Uses the LM and adapter of ``configure`` (or ``dspy.context``)."""
+    from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
     from ragscale.experiments.evaluate import evaluate as answer_all
-    from ragscale.experiments.evaluate import record_scores
 
     records = answer_all(program, list(examples), threads=threads, progress=progress)
     scores = record_scores(records)
@@ -59,6 +68,6 @@ def evaluate(program, examples: Sequence, *, threads: int = 4, progress: bool = 
         em=scores["em"], f1=scores["f1"], acc=scores["acc"], retrieval_recall=scores["retrieval_recall"],
         n=scores["n"], failed=scores["failed"], lm_calls=sum(r["lm_calls"] for r in records),
         input_tokens=sum(r["input_tokens"] for r in records), output_tokens=sum(r["output_tokens"] for r in records),
-        effective_context=scores["effective_context_tokens_per_question"], behaviour=scores["behaviour"],
+        effective_context=scores[EFFECTIVE_CONTEXT], behaviour=scores["behaviour"],
         records=records,
     )  # fmt: skip

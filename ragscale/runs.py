@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragscale.experiments.config import RunConfig
 
 
-def run(config=None, /, *, progress: bool = True, fresh: bool = False, **settings: Any) -> dict[str, Any]:
+def run(
+    config: RunConfig | None = None,
+    /,
+    *,
+    progress: bool = True,
+    fresh: bool = False,
+    max_failed: float = 0.5,
+    **settings: Any,
+) -> dict[str, Any]:
     """One tracked run, as ``ragscale run`` makes it: compile ``method`` on ``dataset``'s train split, evaluate it on
     its dev split, log everything to MLflow (the compiled program as the model ``model`` too); returns the summary
     (EM, F1, tokens per question, ``mlflow_run_id``, ``model_uri``, ...).
 
     ``config`` is a ``RunConfig``, or give its fields as keywords (``run(method="drag", dataset="hotpotqa",
     optimizer="bootstrap", limit=20)``); keywords given with a config replace its fields. Inputs are checked before
-    the model loads; an unfinished run of the same configuration is resumed unless ``fresh``.
+    the model loads; an unfinished run of the same configuration is resumed unless ``fresh``. Inside your own
+    ``mlflow.start_run()`` on the same store, the run is a child of yours. More than
+    ``max_failed`` of the questions failing ends the run FAILED and raises ``RunFailedError``.
     """
     from dataclasses import replace
 
@@ -22,4 +35,19 @@ def run(config=None, /, *, progress: bool = True, fresh: bool = False, **setting
 
     config = RunConfig.from_mapping(settings, source="run()") if config is None else replace(config, **settings)
     check_inputs(config)
-    return run_experiment(config, progress=progress, fresh=fresh)
+    return run_experiment(config, progress=progress, fresh=fresh, max_failed=max_failed,
+                          parent_run_id=_callers_run(config.runs_dir))  # fmt: skip
+
+
+def _callers_run(runs_dir) -> str | None:
+    """The caller's active MLflow run, when it is in the store the run tracks into."""
+    import sys
+
+    if "mlflow" not in sys.modules:  # no run can be active in a process that never imported MLflow
+        return None
+    import mlflow
+
+    from ragscale.experiments.tracking import tracking_uri
+
+    active = mlflow.active_run()
+    return active.info.run_id if active is not None and mlflow.get_tracking_uri() == tracking_uri(runs_dir) else None

@@ -53,6 +53,13 @@ def test_a_retriever_over_a_dataset_name_searches_its_every_paragraph(tmp_path, 
     assert retriever("Ommeline opera", 1)[0].title == "Ommeline Opera"
 
 
+def test_a_corpus_retriever_shows_the_parts_of_the_retriever_it_wraps(tmp_path):
+    built = ragscale.retriever(TEXTS, kind="bm25", index_dir=tmp_path, progress=False)
+    assert built.key == built.inner.key  # as HyDE reaches a hybrid's dense side
+    with pytest.raises(AttributeError):
+        built.dense  # noqa: B018 -- a BM25 retriever has none
+
+
 def test_a_search_function_is_its_own_retriever_and_a_bad_source_is_named():
     retriever = ragscale.retriever(lambda query, k: TEXTS[:k])
     assert [p.text for p in retriever("q", 2)] == TEXTS[:2]
@@ -121,3 +128,61 @@ def test_run_makes_a_tracked_run_from_keywords(data_dir, tmp_path, monkeypatch):
                            retriever="bm25", adapter="chat", threads=1, progress=False)  # fmt: skip
     assert summary["n"] == 3 and summary["em"] == pytest.approx(66.67, abs=0.01)
     assert summary["model_uri"] == f"runs:/{summary['mlflow_run_id']}/model"
+
+
+def mlflow_state() -> tuple:
+    """What of MLflow's process state a caller sees: the tracking URI, the active experiment, the active run and
+    DSPy autolog."""
+    import os
+
+    import mlflow
+    from mlflow.tracking import fluent
+    from mlflow.utils.autologging_utils import autologging_is_disabled
+
+    run = mlflow.active_run()
+    with dspy.context():  # the process's settings, not a context's
+        track_usage = dspy.settings.track_usage
+    experiment = os.environ.get("MLFLOW_EXPERIMENT_ID"), fluent._active_experiment_id
+    return (
+        os.environ.get("MLFLOW_TRACKING_URI"),
+        experiment,
+        run and run.info.run_id,
+        autologging_is_disabled("dspy"),
+        track_usage,
+    )
+
+
+def test_a_run_inside_the_callers_own_mlflow_run_is_its_child_and_leaves_the_callers_state(
+    data_dir, tmp_path, monkeypatch
+):
+    import mlflow
+
+    from ragscale.experiments import runner
+
+    monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mine.db'}")  # ragscale tracks where MLflow is told to
+    try:
+        mine = mlflow.create_experiment("mine", artifact_location=(tmp_path / "mine").as_uri())
+        mlflow.set_experiment(experiment_id=mine)
+        with mlflow.start_run() as own:
+            before = mlflow_state()
+            summary = ragscale.run(method="drag", dataset="hotpotqa", optimizer="labeled", shots=1, docs_per_demo=1,
+                                   data_dir=data_dir, runs_dir=tmp_path / "runs", retriever="bm25", adapter="chat",
+                                   threads=1, progress=False)  # fmt: skip
+            assert mlflow_state() == before
+            assert mlflow.active_run().info.run_id == own.info.run_id
+        run = mlflow.get_run(summary["mlflow_run_id"])
+        assert mlflow.get_run(own.info.run_id).info.status == "FINISHED"
+    finally:
+        mlflow.set_tracking_uri(None)
+        monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == own.info.run_id
+    assert "lm_params" in run.data.params  # DSPy's compile logging went to ragscale's run, not the caller's
+    assert summary["model_uri"] is not None
+
+
+def test_compile_takes_a_teleprompters_own_options(scripted, tmp_path):
+    program = ragscale.DRAG(ragscale.retriever(TEXTS, kind="bm25", index_dir=tmp_path, progress=False), k=2)
+    train = [to_example(record(i)) for i in range(4)]
+    compiled = ragscale.compile(program, train, optimizer="labeled", shots=1, budget="light", max_attempts=2)
+    assert len(compiled.answer.demos) == 1

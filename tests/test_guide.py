@@ -76,6 +76,8 @@ def test_a_how_to_runs_as_printed(title, tmp_path, monkeypatch, capsys):
                     shell(code, tmp_path, env)
     finally:
         dspy.configure(lm=before[0], adapter=before[1])  # a how-to configures DSPy for the process
+        if "mlflow" in sys.modules:  # and one points MLflow at its server: later tests track where they would have
+            sys.modules["mlflow"].set_tracking_uri(None)
         for process in background:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=30)

@@ -30,9 +30,11 @@ __all__ = [
     "CallRecord",
     "FieldAdapter",
     "UsageMeter",
+    "adapter_name",
     "chat",
     "context_window",
     "count_tokens",
+    "lm_reference",
     "load_lm",
     "make_adapter",
     "meter",
@@ -57,6 +59,33 @@ def make_adapter(name: str) -> dspy.Adapter:
     if name not in ADAPTERS:
         raise ValueError(f"unknown adapter {name!r}; valid choices: {', '.join(sorted(ADAPTERS))}")
     return ADAPTERS[name]()
+
+
+def adapter_name(adapter: dspy.Adapter | None) -> str:
+    """The name in ``ADAPTERS`` that ``make_adapter`` builds an adapter like ``adapter`` by (None: DSPy's default,
+    ``chat``); ``ValueError`` for an adapter of another kind."""
+    if isinstance(adapter, FieldAdapter):
+        return "field-prefill" if adapter.continuation == "prefill" else "field"
+    if isinstance(adapter, dspy.JSONAdapter):
+        return "json"
+    if adapter is None or isinstance(adapter, dspy.ChatAdapter):
+        return "chat"
+    raise ValueError(f"adapter {type(adapter).__name__} is none of ragscale's: {', '.join(sorted(ADAPTERS))}")
+
+
+def lm_reference(lm: dspy.BaseLM) -> dict[str, Any]:
+    """What ``load_lm`` loads ``lm`` again from: its name, its server's URL and the request settings it was made
+    with (max_tokens, temperature); ``ValueError`` for an LM that is neither a local model nor a server model."""
+    model = getattr(lm, "model", None)
+    if not isinstance(model, str):
+        raise ValueError(f"the LM {type(lm).__name__} names no model to load again")
+    settings = {key: lm.kwargs[key] for key in ("max_tokens", "temperature") if key in (lm.kwargs or {})}
+    if model.startswith("local/"):
+        return {"lm": model.removeprefix("local/"), "api_base": None, **settings}
+    api_base = (lm.kwargs or {}).get("api_base")
+    if model.startswith("openai/") and api_base:
+        return {"lm": model, "api_base": api_base, **settings}
+    raise ValueError(f"the LM {model!r} is neither a local model nor an openai/<model> on a server (api_base)")
 
 
 def load_lm(

@@ -36,9 +36,11 @@ def as_passage(item: Any) -> Passage:
         if not isinstance(text, str):
             raise TypeError(f"a search result dict needs a string 'text' (or 'contents'), got keys {sorted(item)}")
         title = str(item.get("title") or "")
-        pid = item.get("id")
+        pid, score = item.get("id"), item.get("score") or 0.0
+        if not isinstance(score, int | float):
+            raise TypeError(f"a search result's 'score' must be a number, got {score!r}")
         return Passage(id=str(pid) if pid is not None else text_id(title, text), title=title, text=text,
-                       score=float(item.get("score", 0.0)))  # fmt: skip
+                       score=float(score))  # fmt: skip
     raise TypeError(f"a search result must be a str, a dict with 'text' or a Passage, got {type(item).__name__}")
 
 

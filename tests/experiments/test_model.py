@@ -81,7 +81,22 @@ def test_a_program_over_a_function_retriever_cannot_be_logged_and_says_how_to_ma
     from ragscale.programs import RAG
 
     with pytest.raises(ValueError, match=r"cannot travel.*ragscale.retriever\(corpus\)"):
-        log_program(RAG(lambda q, k: [], k=2), lm="smollm2-135m", api_base=None, adapter="field", searched=None)
+        log_program(RAG(lambda q, k: [], k=2), lm={"lm": "smollm2-135m"}, adapter="field", searched=None)
+
+
+def test_only_a_registered_method_with_its_default_settings_is_logged_and_what_it_would_lose_is_named():
+    from ragscale.experiments.model import model_config
+    from ragscale.programs import ClosedBook, IRCoT
+
+    class MyClosedBook(ClosedBook):
+        """A user's own method."""
+
+    lm = {"lm": "smollm2-135m"}
+    with pytest.raises(ValueError, match="MyClosedBook is not a registered method"):
+        model_config(MyClosedBook(), lm=lm, adapter="field", searched=None)
+    with pytest.raises(ValueError, match="IRCoT's max_steps=2 is not its default 4"):
+        model_config(IRCoT(None, k=2, max_steps=2), lm=lm, adapter="field", searched=None)
+    assert model_config(IRCoT(None, k=2), lm=lm, adapter="field", searched=None)["k"] == 2
 
 
 def test_a_corpus_changed_since_the_program_was_logged_is_refused_naming_both_digests(tmp_path):

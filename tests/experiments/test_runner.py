@@ -67,7 +67,30 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     assert {PREDICTIONS, "predictions.csv", "predictions.md", "program.json", "config.toml"} <= artifacts
     assert {"eval_results_table.json", "best_model.json"} <= artifacts  # the evaluation table, DSPy's compile log
     assert summary["model_uri"] == f"runs:/{run.info.run_id}/model"
+    assert model_config(cfg.runs_dir, summary["model_uri"])["method"] == "drag"
     assert str(Path(run.info.artifact_uri.removeprefix("file://")).resolve()).startswith(str(cfg.runs_dir))
+
+
+def model_config(runs_dir, uri: str) -> dict:
+    """The config.json of the model at ``uri`` in the store under ``runs_dir``."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking.local_uri(runs_dir))
+    try:
+        location = mlflow.get_logged_model(mlflow.models.get_model_info(uri).model_id).artifact_location
+        return mlflow.artifacts.load_dict(f"{location}/artifacts/config.json")
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
+def test_without_autolog_a_run_logs_no_dspy_compile_record_and_still_its_model(tmp_path, data_dir):
+    cfg = config(tmp_path, data_dir, method="drag", optimizer="labeled", shots=1, docs_per_demo=1, autolog=False)
+    summary = run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
+    client = tracking.client(cfg.runs_dir)
+    artifacts = {a.path for a in client.list_artifacts(summary["mlflow_run_id"])}
+    assert "best_model.json" not in artifacts and "eval_results_table.json" in artifacts
+    assert "lm_params" not in client.get_run(summary["mlflow_run_id"]).data.params
+    assert model_config(cfg.runs_dir, summary["model_uri"])["max_tokens"] == cfg.max_tokens
 
 
 def test_runs_of_a_dataset_with_different_limits_search_one_corpus_and_share_its_index(tmp_path, data_dir):

@@ -74,6 +74,9 @@ def test_failed_questions_are_asked_again_and_fresh_starts_over(config):
     summary = run_experiment(config, lm=lm_on(fixed), progress=False, max_failed=0.2)
     assert summary["mlflow_run_id"] == run.info.run_id
     assert (summary["resumed"], summary["failed"], fixed.calls) == (2, 0, 1)  # only the failed q5 again
+    table = json.loads(tracking.artifact_path(config.runs_dir, run.info.run_id, "eval_results_table.json").read_text())
+    assert len(table["data"]) == 3  # logged once, when the run finished: no question twice
+    assert len(list((config.runs_dir / "artifacts").rglob("MLmodel"))) == 1  # and one model
 
     again = CountingEngine(SCRIPT)
     fresh = run_experiment(config, lm=lm_on(again), progress=False, fresh=True)
