@@ -34,10 +34,11 @@ _RUN: contextvars.ContextVar[str | None] = contextvars.ContextVar("ragscale_trac
 
 @contextlib.contextmanager
 def _autolog(**options: bool) -> Iterator[bool]:
-    """``mlflow.dspy.autolog(**options)`` for the block; yields whether it is on. Autolog adds its callback to DSPy's
-    global settings, which a ``dspy.context`` entered earlier (the run's LM and adapter) does not see: the callback
-    is added to the current context too. DSPy's settings as they were (usage tracking, which autolog turns on) are
-    set again afterwards. Left off, with a warning, where autolog would change what is not the block's: DSPy
+    """``mlflow.dspy.autolog(**options)`` for the block; yields whether it is on. Autolog puts its callback (with
+    every callback of the ``dspy.context`` it is called in, such as a sweep's stopper) and usage tracking into DSPy's
+    process-wide settings, which a ``dspy.context`` entered earlier (the run's LM and adapter) does not see: those
+    settings are set back at once and afterwards, and the block's own context carries the callback and the
+    tracking. Left off, with a warning, where autolog would change what is not the block's: DSPy
     autolog the caller turned on (its settings stand), or DSPy settings that this thread may not change."""
     import dspy
     import mlflow
@@ -53,17 +54,21 @@ def _autolog(**options: bool) -> Iterator[bool]:
         log.warning("DSPy autolog not turned on for this block: %s", reason)
         yield False
         return
-    track_usage = dspy_settings.main_thread_config.get("track_usage")
+    before = {key: dspy_settings.main_thread_config.get(key) for key in ("callbacks", "track_usage")}
+
+    def restore() -> None:  # autolog writes the callbacks it sees, a dspy.context's too, into DSPy's process settings
+        dspy.settings.configure(callbacks=list(before["callbacks"] or []), track_usage=before["track_usage"])
+
     mlflow.dspy.autolog(silent=True, **options)
+    restore()  # the block's own context carries what autolog needs
     callbacks = [c for c in dspy.settings.callbacks if not isinstance(c, MlflowCallback)]
     try:
-        with dspy.context(callbacks=[*callbacks, MlflowCallback()]):
+        with dspy.context(callbacks=[*callbacks, MlflowCallback()], track_usage=True):
             yield True
     finally:
         mlflow.dspy.autolog(disable=True, silent=True)
         mlflow.flush_trace_async_logging()
-        if dspy_settings.main_thread_config.get("track_usage") != track_usage:
-            dspy.settings.configure(track_usage=track_usage)
+        restore()
 
 
 @contextlib.contextmanager

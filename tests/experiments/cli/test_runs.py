@@ -129,8 +129,10 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         "behaviour",
         "resumed",
         "mlflow_run_id",
+        "model_uri",
     ]
     assert summary["corpus"] is None  # closed-book searches no corpus
+    assert summary["model_uri"] == f"runs:/{summary['mlflow_run_id']}/model"  # a closed book travels too
     assert (summary["method"], summary["n"], summary["em"], summary["retrieval_recall"]) == (
         "closed-book",
         2,
