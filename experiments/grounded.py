@@ -44,10 +44,10 @@ def scores(records: Sequence[dict]) -> dict[str, float]:
 
 def differences(records: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
     """Each configuration after the first against the first, paired over the questions both answered: a
-    ``compare.BootstrapCI`` in points per score of ``COMPARED``, each score's differences adjusted together
+    ``paired.BootstrapCI`` in points per score of ``COMPARED``, each score's differences adjusted together
     (``family.adjust``, Holm)."""
     from ragscale.experiments import family
-    from ragscale.experiments.compare import paired_bootstrap
+    from ragscale.experiments.paired import paired_bootstrap
 
     (_, first), *others = records.items()
     found: dict[str, dict[str, Any]] = {name: {} for name, _ in others}
@@ -76,7 +76,7 @@ def table(records: dict[str, list[dict]], k: int) -> str:
 
 def versus(records: dict[str, list[dict]], k: int) -> str:
     """The markdown table of each configuration's ``differences`` against the first."""
-    from ragscale.experiments.compare import format_ci
+    from ragscale.experiments.paired import format_ci
 
     head = ["chunks", *(s.replace("@k", f"@{k}") for s in COMPARED)]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---|" * len(COMPARED)]
@@ -104,7 +104,7 @@ def directive(folder: Path, args: Sequence[str], loaded: tuple[dict, dict[str, l
     against the first configuration, as ``versus`` shows it), ``relevant CONFIG`` (its grades), ``cost SETUP`` (the
     LM calls and seconds that writing a collection's contexts took); ``loaded``: the folder's manifest and records if
     already read (``published.load``). Raises ValueError naming what is not there."""
-    from ragscale.experiments.compare import format_ci
+    from ragscale.experiments.paired import format_ci
     from ragscale.experiments.published import load
 
     if loaded is None:

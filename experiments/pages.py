@@ -132,7 +132,7 @@ def _scores(folder: str, run: str) -> dict:
 
 def value(expr: str) -> str:
     """The text the directive ``expr`` writes (see the module docstring)."""
-    from ragscale.experiments.compare import format_ci
+    from ragscale.experiments.paired import format_ci
     from ragscale.experiments.published import compiled_table, table
 
     kind, *args = expr.split()

@@ -8,7 +8,7 @@ its retriever names), a compiled run's program (its demonstrations and instructi
 code-path flags), the git commit and each run's params and metrics. ``load`` reads a folder back, and ``table``
 writes the comparison table a page cites from the files alone: every score re-derived from the records
 (``evaluate.record_scores``), each difference paired against the baseline over question ids
-(``compare.paired_bootstrap``) and marked as one family (``family``); only questions per minute, a timing, comes from
+(``paired.paired_bootstrap``) and marked as one family (``family``); only questions per minute, a timing, comes from
 the manifest.
 """
 
@@ -171,7 +171,7 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
     named ``baseline``, paired over question ids and adjusted with the folder's other differences as one family
     (``ci``: None for the baseline)."""
     from ragscale.experiments import family
-    from ragscale.experiments.compare import paired_bootstrap
+    from ragscale.experiments.paired import paired_bootstrap
 
     manifest, records = load(folder)
     if baseline not in records:
@@ -196,7 +196,7 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
 def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> str:
     """The markdown table of the runs in ``folder`` against the run named ``baseline``, every number but questions
     per minute re-derived from the records (``compared``)."""
-    from ragscale.experiments.compare import format_ci
+    from ragscale.experiments.paired import format_ci
 
     lines = [
         "| method | optimizer | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q | effective context / q "
@@ -218,7 +218,7 @@ def compiled_table(folder: Path, against: str = "none") -> str:
     run), paired over question ids: EM, whose differences are one family (``family.adjust``), and F1 beside it,
     adjusted as its own."""
     from ragscale.experiments import family
-    from ragscale.experiments.compare import format_ci, paired_bootstrap
+    from ragscale.experiments.paired import format_ci, paired_bootstrap
 
     manifest, records = load(folder)
     params = {name: run["params"] for name, run in manifest["runs"].items()}

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from ragscale.experiments import family, grounded, pages
-from ragscale.experiments.compare import paired_bootstrap
+from ragscale.experiments.paired import paired_bootstrap
 from ragscale.experiments.published import load, publish_rows
 
 
