@@ -85,7 +85,8 @@ class Cells:
         if self.adopt is None:
             return None
         from ragscale.experiments.evaluate import record_scores
-        from ragscale.experiments.published import load_manifest, read_records
+        from ragscale.experiments.sweep.adopt import read_records
+        from ragscale.published.runs import load_manifest
 
         name = f"{row}-{optimizer}"
         run = load_manifest(self.adopt)["runs"].get(name)

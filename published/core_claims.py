@@ -1,6 +1,6 @@
 """The papers' core claims, checked on published methods tables: one family across the tables, EM deciding.
 
-Each claim is one paired comparison of two runs of a table (``published.py``), named in advance with its direction:
+Each claim is one paired comparison of two runs of a table (``runs.py``), named in advance with its direction:
 
 - retrieval beats closed-book: RAG - closed-book;
 - demonstrations that carry their documents beat RAG's (Yue et al. 2024, DRAG): compiled DRAG - RAG;
@@ -37,7 +37,7 @@ def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> l
     the folder lacks a run) and verdict."""
     from ragscale.experiments import family
     from ragscale.experiments.paired import paired_bootstrap
-    from ragscale.experiments.published import load, points_by_run
+    from ragscale.published.runs import load, points_by_run
 
     em = {folder: points_by_run(load(folder)[1]) for folder in folders}
     cells = [

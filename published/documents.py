@@ -5,7 +5,7 @@ tables.
 chunks, without or with the LM reranker) and writes every answered question to
 ``benchmarks/results/NAME/<config>.jsonl.gz`` (``KEPT``: the question's id and kind, its gold answers, the kept
 chunks' ids, the rank of the first chunk on the answer's page, the answer and its scores, the LM calls, seconds and
-grades it took) with a ``manifest.json`` (``published.publish_rows``: the command, the machine and commit, each
+grades it took) with a ``manifest.json`` (``runs.publish_rows``: the command, the machine and commit, each
 configuration's settings, and what ingesting and compiling the grader cost). ``scores`` makes a configuration's
 numbers from its records alone, ``differences`` each configuration against the first, paired over the questions,
 and ``directive`` the text a page's ``documents FOLDER PART ...`` directive writes.
@@ -103,9 +103,9 @@ def directive(folder: Path, args: Sequence[str], loaded: tuple[dict, dict[str, l
     calls a difference real), ``score CONFIG NAME`` (one of ``scores``), ``diff CONFIG SCORE`` (its difference
     against the first configuration, as ``versus`` shows it), ``relevant CONFIG`` (its grades), ``cost SETUP`` (the
     LM calls and seconds that writing a collection's contexts took); ``loaded``: the folder's manifest and records if
-    already read (``published.load``). Raises ValueError naming what is not there."""
+    already read (``runs.load``). Raises ValueError naming what is not there."""
     from ragscale.experiments.paired import format_ci
-    from ragscale.experiments.published import load
+    from ragscale.published.runs import load
 
     if loaded is None:
         if not (folder / "manifest.json").is_file():
