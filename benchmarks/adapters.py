@@ -36,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.process import prepare_process
 
     prepare_process()
-    from ragscale.experiments.compare import paired_bootstrap
     from ragscale.experiments.config import RunConfig
-    from ragscale.experiments.published import made_here
+    from ragscale.experiments.paired import paired_bootstrap
     from ragscale.experiments.runner import load_lm_for, run_experiment
     from ragscale.experiments.sweep.ledger import run_records
+    from ragscale.published.runs import made_here
 
     made_by = made_here()
     records: dict[str, list[dict]] = {}

@@ -85,7 +85,8 @@ class Cells:
         if self.adopt is None:
             return None
         from ragscale.experiments.evaluate import record_scores
-        from ragscale.experiments.published import load_manifest, read_records
+        from ragscale.experiments.sweep.adopt import read_records
+        from ragscale.published.runs import load_manifest
 
         name = f"{row}-{optimizer}"
         run = load_manifest(self.adopt)["runs"].get(name)
@@ -192,7 +193,7 @@ def records_of(summary: dict, runs_dir: Path) -> dict[str, dict]:
 
 def paired(a: dict, b: dict, runs_dir: Path, score: str = "em"):
     """The paired bootstrap 95% CI of cell ``a`` minus cell ``b`` on ``score`` (points), over their questions."""
-    from ragscale.experiments.compare import paired_bootstrap
+    from ragscale.experiments.paired import paired_bootstrap
 
     ra, rb = records_of(a, runs_dir), records_of(b, runs_dir)
     return paired_bootstrap({i: 100 * r[score] for i, r in ra.items()}, {i: 100 * r[score] for i, r in rb.items()})

@@ -25,7 +25,7 @@ run resumes where it stopped and its table still sums each question's own calls 
     DSPY_CACHEDIR=$(mktemp -d) python benchmarks/documents.py --publish documents-qwen2.5-coder-0.5b
 
 With ``--publish NAME`` every answered question is committed to ``benchmarks/results/NAME/``
-(``ragscale.experiments.grounded``), from which the tables of ``docs/documents.md`` are made again.
+(``ragscale.published.documents``), from which the tables of ``docs/documents.md`` are made again.
 
 Timings on a shared 2-core machine are noisy; the scores are deterministic (greedy decoding, constrained grades).
 """
@@ -106,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from dspy.utils.exceptions import AdapterParseError
 
     from ragscale.data import load_split
-    from ragscale.experiments import grounded
     from ragscale.experiments.collection import Collection, ingest
-    from ragscale.experiments.published import made_here, publish_rows
     from ragscale.optimizers.graders import compile_graders
     from ragscale.optimizers.metrics import accuracy, exact_match
     from ragscale.optimizers.teleprompters import OPTIMIZERS
@@ -116,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.programs.lm import load_lm, make_adapter, meter
     from ragscale.programs.rag import RAG
     from ragscale.programs.retrieval.rerank import Reranker
+    from ragscale.published import documents
+    from ragscale.published.runs import made_here, publish_rows
     from ragscale.signatures import Grade
 
     questions = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -241,15 +241,15 @@ def main(argv: list[str] | None = None) -> int:
                 sink.write(json.dumps(record) + "\n")
                 sink.flush()
         done[config] = [records[q["id"]] for q in questions]
-        found = grounded.scores(done[config])
+        found = documents.scores(done[config])
         print(f"{config}: " + ", ".join(f"{name} {value:.1f}" for name, value in found.items()), file=sys.stderr)
         rows[config] = {"params": {"config": config, "chunks": len(chunks)}, "metrics": found}
 
     n = len(questions)
     print(f"LM {args.lm}, {args.max_tokens}-word chunks, k={args.k}, rerank depth {args.depth}, {n} questions")
-    print(grounded.table(done, args.k))
-    print(f"\neach against {configs[0]}, paired over the questions ({grounded.RULE}):")
-    print(grounded.versus(done, args.k))
+    print(documents.table(done, args.k))
+    print(f"\neach against {configs[0]}, paired over the questions ({documents.RULE}):")
+    print(documents.versus(done, args.k))
     for name, info in setup.items():
         print(f"ingest {name}: {json.dumps(info)}")
     print(f"grader: {json.dumps(grader)}")
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json_path, {**about, "rows": rows, "records": done}, indent=2)
     if args.publish:
         command = "python benchmarks/documents.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        folder = publish_rows(RESULTS / args.publish, rows, done, grounded.KEPT, command=command, made_by=made_by,
+        folder = publish_rows(RESULTS / args.publish, rows, done, documents.KEPT, command=command, made_by=made_by,
                               about=about)  # fmt: skip
         print(f"\npublished to {folder}")
     return 0

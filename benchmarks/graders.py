@@ -17,7 +17,7 @@ teacher's (the graders compiled on the larger model's traces); `labeled` compile
 graded with is always `--lm`. DSPy's cache is off. With `--calibrate`, each optimizer's grader is scored a second
 time after learning the prior its prompt gives on content-free inputs (`ragscale.programs.calibration`), as the
 row "<optimizer>-calibrated". With `--publish NAME`, every passage's grade and margin is committed to
-`benchmarks/results/NAME/` (`ragscale.experiments.graded`), from which a page's `graders NAME` directive makes the
+`benchmarks/results/NAME/` (`ragscale.published.graders`), from which a page's `graders NAME` directive makes the
 table again.
 """
 
@@ -35,14 +35,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ragscale.experiments.files import write_json
-from ragscale.experiments.graded import format_table, publish, record, scores
-from ragscale.experiments.published import made_here
+from ragscale.published.graders import format_table, publish, record, scores
+from ragscale.published.runs import made_here
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def grade(grader, examples, threads: int) -> tuple[list[dict], float]:
-    """Each passage's grade as committed (``graded.record``), and the seconds grading took."""
+    """Each passage's grade as committed (``graders.record``), and the seconds grading took."""
 
     def one(example):
         prediction = grader(**example.inputs(), config={"logprobs": True})

@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.process import prepare_process
 
     prepare_process()
-    from ragscale.experiments.compare import paired_bootstrap
     from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.paired import paired_bootstrap
     from ragscale.experiments.runner import run_experiment
 
     args.out_dir.mkdir(parents=True, exist_ok=True)

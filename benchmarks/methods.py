@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.process import prepare_process
 
     prepare_process()
-    from ragscale.experiments.compare import format_ci
     from ragscale.experiments.config import ConfigError
+    from ragscale.experiments.paired import format_ci
     from ragscale.optimizers.context import ContextWindowError
 
     runner = Cells(

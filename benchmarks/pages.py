@@ -2,9 +2,9 @@
 
     python benchmarks/pages.py [--check] [PAGE ...]
 
-Rewrites the directives (``ragscale.experiments.pages``) of ``PAGES`` (or the pages given) from the folders under
+Rewrites the directives (``ragscale.published.pages``) of ``PAGES`` (or the pages given) from the folders under
 ``benchmarks/results/``. ``--check`` writes nothing: it prints each page that differs from what its files give and
-exits 1, as ``tests/test_pages.py`` fails.
+exits 1, as ``tests/published/test_pages.py`` fails.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import difflib
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ragscale.experiments.pages import PAGES, REPO, render
+    from ragscale.published.directives import REPO
+    from ragscale.published.pages import PAGES, render
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("pages", nargs="*", default=list(PAGES), help=f"default: {' '.join(PAGES)}")

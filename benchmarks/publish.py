@@ -7,11 +7,11 @@
 
 The first two forms copy the runs (by default the latest FINISHED run of each method, or oracle row, x optimizer in
 the store; with ``--cells``, the runs of a methods benchmark's ``--out-dir``, in its table's order) to
-``benchmarks/results/NAME/`` (``ragscale.experiments.published.publish``: the records gzip-compressed, a manifest with
+``benchmarks/results/NAME/`` (``ragscale.published.runs.publish``: the records gzip-compressed, a manifest with
 the command, machine, date and commit) and print the table; the third prints the table from the committed folder
 alone. The fourth publishes a finished sweep (its folder, ``ragscale sweep`` says where: each configuration's
-records, ``ragscale.experiments.sweep.published``) and prints its report made again from them; a page cites them
-through a directive (``ragscale.experiments.pages``), which ``python benchmarks/pages.py`` renders.
+records, ``ragscale.published.sweeps``) and prints its report made again from them; a page cites them
+through a directive (``ragscale.published.pages``), which ``python benchmarks/pages.py`` renders.
 """
 
 from __future__ import annotations
@@ -37,16 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.process import prepare_process
 
     prepare_process()
-    from ragscale.experiments.published import publish, table
+    from ragscale.published.runs import publish, table
 
     folder = RESULTS / args.name
     if args.sweep is not None:
-        from ragscale.experiments.sweep import published
+        from ragscale.published import sweeps
 
         if args.runs_dir is None or args.command is None:
             parser.error("publishing a sweep needs --runs-dir and --command")
-        published.publish(args.sweep, args.runs_dir, folder, command=args.command)
-        print("\n\n".join(published.report(published.load(folder)).values()))
+        sweeps.publish(args.sweep, args.runs_dir, folder, command=args.command)
+        print("\n\n".join(sweeps.report(sweeps.load(folder)).values()))
         return 0
     if args.baseline is None:
         parser.error("a table needs --baseline")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.runs_dir is None or args.command is None:
             parser.error("publishing needs --runs-dir and --command (or give --table)")
         if args.cells is not None:
-            from ragscale.experiments.cells import load as load_cells
+            from ragscale.published.cells import load as load_cells
 
             args.run_ids = [cell["mlflow_run_id"] for cell in load_cells(args.cells).values()]
         publish(args.runs_dir, args.run_ids or latest_runs(args.runs_dir), folder, command=args.command)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 def latest_runs(runs_dir: Path) -> list[str]:
     """The latest FINISHED run of each method (or oracle row) x optimizer in the store, oldest first."""
     from ragscale.experiments import tracking
-    from ragscale.experiments.published import row_of
+    from ragscale.published.runs import row_of
 
     latest = {}
     for run in tracking.finished_runs(runs_dir):

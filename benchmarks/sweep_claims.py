@@ -4,7 +4,7 @@
 
 A FOLDER is a sweep's folder (``runs/sweeps/<dataset>-<lm>/``) or a copy of its ``results.json``, ``scores.json`` and
 ``allocation.json``; a published sweep (``benchmarks/results/sweep-*/``) is checked from its records instead, by the
-``sweep`` directive of ``experiments/pages.py``. Each claim's paired CIs are computed again from each question's
+``sweep`` directive of ``published/directives.py``. Each claim's paired CIs are computed again from each question's
 EM in ``scores.json`` (``ragscale.experiments.sweep.scores.recheck``, adjusted as one family), with no model, MLflow
 store or run folder; the claims table is printed, and the exit code is 1 when a folder's claims differ from the ones its
 ``results.json`` holds.

@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragscale.experiments.compare import RESAMPLES, RunResult, paired_bootstrap
+from ragscale.experiments.compare import RunResult
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.paired import RESAMPLES, paired_bootstrap
 
 
 def plot(

@@ -1,8 +1,8 @@
 """Compare tracked runs: a table over method x optimizer x dataset x LM with paired bootstrap CIs.
 
 Each run's per-question EM and F1 (from its `predictions.jsonl` artifact) are paired with the baseline's by
-question id; the CI is the percentile interval of the mean difference over `resamples` resamples of the paired
-questions, drawn with a seeded generator (the same runs give the same table). A table is one family: its EM
+question id (``paired.paired_bootstrap``: the percentile CI of the mean difference over `resamples` seeded
+resamples of the paired questions, so the same runs give the same table). A table is one family: its EM
 differences, EM being the primary metric, have their p-values adjusted together (``family``: Holm), and only those
 are marked as real; F1 is shown beside them and decides nothing. Differences are in percentage
 points. The baseline is a given run (`--baseline RUN`: an id, a unique id prefix or a run name) or, per dataset,
@@ -15,8 +15,8 @@ a baseline that searched another corpus, and the latest run is kept per corpus t
 Runs made by different code, libraries, machines, model files or data files (``provenance``) are named as such
 under the table (``provenance_note``). The table prints as markdown, JSON or CSV; ``chart.py`` draws it.
 
-One concept in one file: the comparison of tracked runs, from reading them back through the paired CIs to the
-forms the table is printed in.
+One concept in one file: the comparison of tracked runs, from reading them back through their paired CIs
+(``paired``) to the forms the table is printed in.
 """
 
 from __future__ import annotations
@@ -29,82 +29,8 @@ from typing import Any
 
 from ragscale.experiments import family
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
+from ragscale.experiments.paired import RESAMPLES, format_ci, paired_bootstrap
 from ragscale.experiments.provenance import PREFIX, differing
-
-RESAMPLES = 2000
-PRECISE = 200_000  # the draws a small p-value is read from: it resolves p down to 1e-5
-TAIL = 10  # fewer far-side draws than this among RESAMPLES: the p-value is read from PRECISE draws
-
-
-@dataclass(frozen=True)
-class BootstrapCI:
-    """Mean paired difference (a - b) and its percentile CI, in the units of the inputs, over `n` pairs; `p` the
-    two-sided bootstrap p-value of no difference, `p_adjusted` the same adjusted within its family
-    (``family.adjust``), None until it is."""
-
-    diff: float
-    low: float
-    high: float
-    n: int
-    p: float = 1.0
-    p_adjusted: float | None = None
-
-    def excludes_zero(self) -> bool:
-        return self.low > 0 or self.high < 0
-
-    def is_real(self) -> bool:
-        """Whether the difference is called real: its family-adjusted p below ``family.ALPHA`` once its family is
-        adjusted, its CI excluding 0 before."""
-        return self.p_adjusted < family.ALPHA if self.p_adjusted is not None else self.excludes_zero()
-
-
-def paired_bootstrap(
-    a: Mapping[str, float],
-    b: Mapping[str, float],
-    *,
-    resamples: int = RESAMPLES,
-    seed: int = 0,
-    confidence: float = 0.95,
-) -> BootstrapCI | None:
-    """Paired bootstrap CI of mean(a[i] - b[i]) over the ids both hold, and its two-sided p-value: the share of the
-    resampled means on the far side of 0 from the observed one, doubled (``(k + 1) / (resamples + 1)``, so never 0);
-    1 when every pair ties. None when they share no id.
-
-    The CI is read from ``resamples`` draws. When fewer than ``TAIL`` of them fall on the far side, the p-value is
-    read from ``PRECISE`` draws (those first, then more from the same generator): ``resamples`` draws cannot give a p
-    below 1 / ``resamples``, and Holm's rule over a family of m comparisons asks the smallest p to be below
-    ``family.ALPHA`` / m, so with 2,000 draws a family of 100 could call nothing real however large a difference."""
-    import numpy as np
-
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
-    ids = sorted(set(a) & set(b))
-    if not ids:
-        return None
-    diffs = np.array([float(a[i]) - float(b[i]) for i in ids])
-    n = len(diffs)
-    rng = np.random.default_rng(seed)
-
-    def draw(count: int):
-        means = np.empty(count)
-        chunk = max(1, 2_000_000 // n)  # bounds memory at ~16 MB of indices per chunk
-        for lo in range(0, count, chunk):
-            hi = min(count, lo + chunk)
-            means[lo:hi] = diffs[rng.integers(0, n, size=(hi - lo, n))].mean(axis=1)
-        return means
-
-    def far_side(means) -> int:
-        return min(int((means <= 0).sum()), int((means >= 0).sum()))
-
-    means = draw(resamples)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
-    far = far_side(means)
-    if far < TAIL and resamples < PRECISE and diffs.any():  # a small p: resolve it
-        means = np.concatenate([means, draw(PRECISE - resamples)])
-        far = far_side(means)
-    p = 1.0 if not diffs.any() else min(1.0, 2 * (far + 1) / (len(means) + 1))
-    return BootstrapCI(diff=float(diffs.mean()), low=float(low), high=float(high), n=n, p=p)
 
 
 @dataclass
@@ -293,16 +219,6 @@ def format_corpus(name: str, sha256: str) -> str:
     if not sha256:
         return ""
     return f"{Path(name).stem if '/' in name else name} ({sha256[:8]})"
-
-
-def format_ci(ci: BootstrapCI | None, is_base: bool = False, *, mark: bool = True) -> str:
-    """A difference with its 95% CI and, with ``mark``, ``*`` when it is called real (``BootstrapCI.is_real``)."""
-    if is_base:
-        return "baseline"
-    if ci is None:
-        return "n/a (no shared questions, or another corpus)"
-    mark = " *" if mark and ci.is_real() else ""
-    return f"{ci.diff:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]{mark}"
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -200,7 +200,7 @@ def record_scores(records: Sequence[Mapping]) -> dict[str, Any]:
     """What a run's per-question records alone give of its summary, rounded as the summary rounds it: n, failed,
     em, f1, acc and retrieval_recall (percent), lm_calls_per_question, ``EFFECTIVE_CONTEXT``,
     output_tokens_per_question and behaviour. A committed copy of the records gives the same numbers again
-    (``published.py``)."""
+    (``ragscale.published.runs``)."""
     recalls = [r["retrieval_recall"] for r in records if r["retrieval_recall"] is not None]
     return {
         "n": len(records),

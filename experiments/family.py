@@ -2,7 +2,7 @@
 call a difference real by chance.
 
 A family is one table's comparisons of its primary metric, named in advance: EM (F1 and Acc are shown beside it and
-never decide). Each comparison's p-value is the paired bootstrap's (``compare.paired_bootstrap``: the share of
+never decide). Each comparison's p-value is the paired bootstrap's (``paired.paired_bootstrap``: the share of
 resampled mean differences on the far side of 0, doubled, a small one read from enough draws to resolve it below
 ``ALPHA`` / m), and the family's are adjusted by Holm's step-down rule (Holm 1979), which bounds the chance of any
 false claim in the family at ``ALPHA`` whatever the dependence between comparisons; ``benjamini_hochberg`` (1995)
@@ -47,7 +47,7 @@ def benjamini_hochberg(p: Sequence[float]) -> list[float]:
 
 
 def adjust(cis: Sequence[Any], rule=holm) -> list[Any]:
-    """The family's CIs (``compare.BootstrapCI``) with ``p_adjusted`` set by ``rule`` over those that exist (a missing
+    """The family's CIs (``paired.BootstrapCI``) with ``p_adjusted`` set by ``rule`` over those that exist (a missing
     one, None, is no member)."""
     present = [i for i, ci in enumerate(cis) if ci is not None]
     adjusted = rule([cis[i].p for i in present])
@@ -58,7 +58,7 @@ def adjust(cis: Sequence[Any], rule=holm) -> list[Any]:
 
 
 def direction(ci: Any) -> int:
-    """+1 or -1 when a difference (a ``compare.BootstrapCI``) is called real (``is_real``) upward or downward, 0 when
+    """+1 or -1 when a difference (a ``paired.BootstrapCI``) is called real (``is_real``) upward or downward, 0 when
     it is not, or is unknown (None)."""
     if ci is None or not ci.is_real():
         return 0

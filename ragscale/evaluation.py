@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import dspy
 
-    from ragscale.experiments.compare import BootstrapCI
+    from ragscale.experiments.paired import BootstrapCI
     from ragscale.programs.base import Method
 
 
@@ -36,8 +36,8 @@ class Evaluation:
     def compare(self, other: Evaluation, metric: str = "em") -> BootstrapCI:
         """This evaluation against ``other`` on the questions both answered, pair by pair: the mean difference of
         ``metric`` (``em``, ``f1`` or ``acc``) in points, its paired bootstrap 95% CI and p-value
-        (``experiments.compare.BootstrapCI``: ``diff``, ``low``, ``high``, ``n``, ``p``)."""
-        from ragscale.experiments.compare import paired_bootstrap
+        (``experiments.paired.BootstrapCI``: ``diff``, ``low``, ``high``, ``n``, ``p``)."""
+        from ragscale.experiments.paired import paired_bootstrap
 
         if metric not in ("em", "f1", "acc"):
             raise ValueError(f"unknown metric {metric!r}; valid choices: em, f1, acc")

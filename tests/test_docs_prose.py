@@ -25,7 +25,7 @@ LINE_CHARS = 120
 PARAGRAPH_WORDS = 150
 
 MARKUP = re.compile(r"<!--=[^>]*?-->|<!--/-->")
-"""A directive's markup (``experiments/pages.py``): its opening comment and its closing one, not the text it writes."""
+"""A directive's markup (``published/pages.py``): its opening comment and its closing one, not the text it writes."""
 COMMENT_ONLY = re.compile(r"\s*(?:<!--.*?-->\s*)+")
 LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d+[.)])\s")
 

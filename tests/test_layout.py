@@ -4,8 +4,13 @@ The folders are layers. ``process`` is the bottom one: how a process is set up (
 heap, OpenMP's threads, logging), which every folder may import and which imports only itself. Above it,
 dependencies flow `signatures <- programs <- optimizers <- experiments`, and `experiments -> data`: a folder may
 import its own modules, those of the folders to its left and ``process``; `data` imports only itself and
-``process``; nothing but `experiments` and the door imports `experiments`. The door, ``ragscale/`` (``import
-ragscale``: the Python API), may import every layer, and no layer imports it. There is no exception to these
+``process``; nothing but `experiments`, ``published`` and the door imports `experiments`. ``published`` (results
+committed under ``benchmarks/results/`` and the docs pages made from them) sits above `experiments`: it may import
+every layer but the door, and nothing imports it but the benchmarks' scripts and the tests, which are no layer. The
+door, ``ragscale/`` (``import ragscale``: the Python API), may import every layer but ``published``, and no layer
+imports it. Inside `experiments` no module imports back up (``EXPERIMENTS_MAY_IMPORT``): its own modules (config,
+runner, evaluate, tracking, compare, ...) import no sub-package of it; the sweep and the document collections import
+those and themselves, not each other; the command line, ``cli``, may import them all. There is no exception to these
 rules. Imports are read from the sources (every `import` statement, those inside functions included), so a lazy
 import cannot hide a wrong direction or a cycle.
 
@@ -21,9 +26,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DOOR = "ragscale"
 """The folder of ``import ragscale`` itself: the Python API, above every layer, which no layer imports."""
-SOURCE_ROOTS = ("process", "signatures", "programs", "optimizers", "experiments", "data", DOOR)
+PUBLISHED = "published"
+"""The folder of published results and the pages made from them, above `experiments`; no layer imports it."""
+SOURCE_ROOTS = ("process", "signatures", "programs", "optimizers", "experiments", "data", PUBLISHED, DOOR)
 MAY_IMPORT = {
     DOOR: {"process", "signatures", "programs", "optimizers", "experiments", "data", DOOR},
+    PUBLISHED: {"process", "signatures", "programs", "optimizers", "experiments", "data", PUBLISHED},
     "process": {"process"},
     "signatures": {"process", "signatures"},
     "programs": {"process", "signatures", "programs"},
@@ -164,8 +172,47 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+EXPERIMENTS_MAY_IMPORT = {
+    "": {""},
+    "sweep": {"", "sweep"},
+    "collection": {"", "collection"},
+    "cli": {"", "sweep", "collection", "cli"},
+}
+"""Inside `experiments`, the sub-package a module lives in (``""``: experiments' own modules, its package included)
+-> those it may import: its own modules are the bottom, the sweep and the document collections stand on them side by
+side, and the command line on all three."""
+
+
+def _sublayer(module: str) -> str | None:
+    """The sub-package of `experiments` a module lives in (``""`` for experiments' own modules), None outside it."""
+    parts = module.split(".")
+    if parts[:2] != ["ragscale", "experiments"]:
+        return None
+    return parts[2] if len(parts) > 2 and parts[2] in EXPERIMENTS_MAY_IMPORT else ""
+
+
+def _back_up(graph: dict[str, set[str]]) -> list[str]:
+    """The imports inside `experiments` against ``EXPERIMENTS_MAY_IMPORT``."""
+    return sorted(
+        f"{module} imports {imported}"
+        for module, imports in graph.items()
+        if _sublayer(module) is not None
+        for imported in imports
+        if _sublayer(imported) is not None and _sublayer(imported) not in EXPERIMENTS_MAY_IMPORT[_sublayer(module)]
+    )
+
+
 def test_imports_flow_one_way_signatures_programs_optimizers_experiments_and_experiments_to_data():
     assert _wrong_direction(_graph()) == []
+
+
+def test_inside_experiments_no_module_imports_back_up_from_its_own_modules_to_sweep_or_collection_to_cli():
+    assert _back_up(_graph()) == []
+
+
+def test_every_subpackage_of_experiments_has_a_place_in_its_order():
+    packages = {init.parent.name for init in (REPO / "experiments").glob("*/__init__.py")}
+    assert packages == set(EXPERIMENTS_MAY_IMPORT) - {""}
 
 
 def test_no_module_takes_part_in_an_import_cycle_lazy_imports_included():
@@ -181,6 +228,37 @@ def test_the_layout_checks_catch_a_lazy_import_that_goes_back_and_closes_a_cycle
     graph = _graph()
     assert _wrong_direction(graph) == ["ragscale.programs.a imports ragscale.experiments.b"]
     assert _cycles(graph) == [["ragscale.experiments.b", "ragscale.programs.a"]]
+
+
+def test_the_layout_checks_catch_an_experiments_module_that_imports_back_up_or_sideways(tmp_path, monkeypatch):
+    for folder in (*SOURCE_ROOTS, "experiments/sweep", "experiments/collection", "experiments/cli"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+    (tmp_path / "experiments" / "runner.py").write_text("def f():\n    from ragscale.experiments.sweep.run import g\n")
+    (tmp_path / "experiments" / "sweep" / "run.py").write_text("from ragscale.experiments.runner import f\ng = f\n")
+    (tmp_path / "experiments" / "collection" / "ask.py").write_text("import ragscale.experiments.sweep.run\n")
+    (tmp_path / "experiments" / "cli" / "main.py").write_text(
+        "from ragscale.experiments.collection import ask\nfrom ragscale.experiments.sweep.run import g\n"
+    )
+    (tmp_path / "experiments" / "sweep" / "report.py").write_text("from ragscale.experiments.cli.main import x\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert _back_up(_graph()) == [
+        "ragscale.experiments.collection.ask imports ragscale.experiments.sweep.run",
+        "ragscale.experiments.runner imports ragscale.experiments.sweep.run",
+        "ragscale.experiments.sweep.report imports ragscale.experiments.cli.main",
+    ]
+
+
+def test_the_layout_checks_catch_a_layer_or_the_door_that_imports_published(tmp_path, monkeypatch):
+    for folder in SOURCE_ROOTS:
+        (tmp_path / folder).mkdir()
+    (tmp_path / "published" / "pages.py").write_text("from ragscale.experiments.runner import f\n")
+    (tmp_path / "experiments" / "runner.py").write_text("def f():\n    from ragscale.published.pages import g\n")
+    (tmp_path / DOOR / "api.py").write_text("import ragscale.published.pages\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert _wrong_direction(_graph()) == [
+        "ragscale.api imports ragscale.published.pages",
+        "ragscale.experiments.runner imports ragscale.published.pages",
+    ]
 
 
 def test_every_folder_may_import_process_and_process_imports_no_other_folder(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """The README's Python blocks run as printed (compile DRAG with bootstrap on the packaged model, evaluate, save) and
 use only ``import dspy`` and ``import ragscale``; its demo table is checked with every page's results
-(``test_pages.py``)."""
+(``published/test_pages.py``)."""
 
 import ast
 import re

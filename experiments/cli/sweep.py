@@ -183,7 +183,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.stop_after is not None and not args.stop_after > 0:
         raise ConfigError(f"--stop-after {args.stop_after}: must be a positive number of minutes")
     if args.adopt is not None:
-        from ragscale.experiments.sweep.published import manifest_of
+        from ragscale.experiments.sweep.adopt import manifest_of
 
         try:
             manifest_of(args.adopt)  # a published sweep's, read before any model loads

@@ -21,8 +21,9 @@ A sweep is a grid of configurations theta = (documents k, shots m, iterations n)
 5. **Claims** (``claims.py``, ``scores.py``). Each of the paper's claims with paired 95% CIs over the questions and a
    verdict; each run's per-question Acc is kept in ``scores.json``, from which ``scores.recheck`` checks the claims
    again with no model or MLflow store.
-6. **Published** (``published.py``). The finished rows committed with their per-question records, from which the
-   table, grid, claims and model are made again; a sweep on a fresh machine adopts them and runs only the rest.
+6. **Published** (``adopt.py``). The finished rows committed with their per-question records (``ragscale.published``
+   writes them and makes the table, grid, claims and model again); a sweep on a fresh machine adopts them and runs
+   only the rest.
 
 The package imports nothing itself: ``from ragscale.experiments.sweep.run import run_sweep`` and so on.
 """

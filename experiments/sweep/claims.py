@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ragscale.experiments import family
-from ragscale.experiments.compare import BootstrapCI, format_ci, paired_bootstrap
+from ragscale.experiments.paired import BootstrapCI, format_ci, paired_bootstrap
 from ragscale.experiments.sweep.grid import BASELINE, format_size, rows_of
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.rows import Row

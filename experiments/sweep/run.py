@@ -423,7 +423,7 @@ def run_sweep(
     replicas = _Replicas(lm if isinstance(lm, list | tuple) else [lm])
     sweep_dir = sweep_dir or sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
     if adopt_from is not None:
-        from ragscale.experiments.sweep.published import adopt
+        from ragscale.experiments.sweep.adopt import adopt
 
         report(f"adopted {adopt(adopt_from, sweep_dir, base.runs_dir)} finished rows from {adopt_from}")
     got = _setup(

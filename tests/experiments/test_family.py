@@ -3,8 +3,9 @@ family on EM."""
 
 import pytest
 
-from ragscale.experiments.compare import BootstrapCI, RunResult, compare_runs, format_table
+from ragscale.experiments.compare import RunResult, compare_runs, format_table
 from ragscale.experiments.family import adjust, benjamini_hochberg, holm
+from ragscale.experiments.paired import BootstrapCI
 
 
 def run_result(run_id: str, method: str, pattern: str, start: int) -> RunResult:

@@ -82,7 +82,7 @@ def records(tmp_path, summary: dict) -> list[dict]:
 def test_answers_match_the_local_engine_and_tokens_match_the_servers_usage(
     server, tmp_path, shared_datasets, capsys, monkeypatch
 ):
-    from ragscale.experiments.compare import paired_bootstrap
+    from ragscale.experiments.paired import paired_bootstrap
 
     before = counters(server)
     peak = []

@@ -329,8 +329,8 @@ def test_a_folder_without_its_scores_names_the_missing_file(copied_folder):
 def test_a_published_sweep_makes_its_report_again_from_its_answers_alone(swept, tmp_path, monkeypatch):
     import gzip
 
-    from ragscale.experiments import pages
-    from ragscale.experiments.sweep.published import PLOT, load, publish, report
+    from ragscale.published import directives, pages
+    from ragscale.published.sweeps import PLOT, load, publish, report
 
     result, _, runs_dir = swept
     folder = publish(result.sweep_dir, runs_dir, tmp_path / "published", command="pytest")
@@ -347,9 +347,9 @@ def test_a_published_sweep_makes_its_report_again_from_its_answers_alone(swept, 
         assert line.startswith(f"| {row.label} | {planned:,.1f} | {row.estimate_basis} | {counted:,.1f} |")
         assert line.endswith(f"| {(planned - counted) / counted:+.1%} |")
     assert (folder / PLOT).stat().st_size > 0
-    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    monkeypatch.setattr(directives, "RESULTS", tmp_path)
     assert again["table"] in pages.render("<!--= sweep published table -->x<!--/-->")
-    with pytest.raises(pages.DirectiveError, match="sweep has no part 'best'; valid: table, grid"):
+    with pytest.raises(directives.DirectiveError, match="sweep has no part 'best'; valid: table, grid"):
         pages.render("<!--= sweep published best -->x<!--/-->")
 
     records = folder / "rag-k3-m2.jsonl.gz"  # one answer scored otherwise: the grid says so
@@ -362,7 +362,8 @@ def test_a_published_sweep_makes_its_report_again_from_its_answers_alone(swept, 
 
 
 def test_a_sweep_goes_on_from_its_published_rows_on_a_fresh_machine(swept, smollm2_tokenizer, examples, tmp_path):
-    from ragscale.experiments.sweep.published import MANIFEST, load, publish
+    from ragscale.experiments.sweep.adopt import MANIFEST
+    from ragscale.published.sweeps import load, publish
 
     result, _, runs_dir = swept
     folder = publish(result.sweep_dir, runs_dir, tmp_path / "published", command="pytest")

@@ -3,7 +3,8 @@
 
 import pytest
 
-from ragscale.experiments.pages import PAGES, REPO, WRITTEN, DirectiveError, render, typed_numbers
+from ragscale.published.directives import REPO, DirectiveError
+from ragscale.published.pages import PAGES, WRITTEN, render, typed_numbers
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -53,8 +54,8 @@ def test_result_shaped_numbers_outside_directives_and_code_are_found_with_their_
 
 
 def test_the_core_claims_are_one_family_across_tables_each_decided_by_em_in_its_direction():
-    from ragscale.experiments.core_claims import check
-    from ragscale.experiments.pages import RESULTS
+    from ragscale.published.core_claims import check
+    from ragscale.published.directives import RESULTS
 
     demo = RESULTS / "demo-qwen2.5-coder-0.5b"
     found = {c["claim"]: c["found"]["demo-qwen2.5-coder-0.5b"] for c in check([demo])}
@@ -73,7 +74,7 @@ def test_a_folder_made_on_two_machines_says_which_rows_each_made(tmp_path, monke
     import gzip
     import json
 
-    from ragscale.experiments import pages
+    from ragscale.published import directives
 
     folder = tmp_path / "two-machines"
     folder.mkdir()
@@ -84,8 +85,8 @@ def test_a_folder_made_on_two_machines_says_which_rows_each_made(tmp_path, monke
     runs = {name: {"made": {"date": "2026-11-27", "cpu": cpu, "cpu_flags": "avx2"}} for name, cpu in cpus.items()}
     manifest = {"date": "2026-11-28", "machine": {"cpu": "AMD EPYC", "cpu_flags": "avx2"}, "runs": runs}
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    monkeypatch.setattr(pages, "RESULTS", tmp_path)
-    assert pages.value("made two-machines") == (
+    monkeypatch.setattr(directives, "RESULTS", tmp_path)
+    assert directives.value("made two-machines") == (
         "rag-none: 2026-11-27 on AMD EPYC with avx2; drag-bootstrap: 2026-11-27 on Intel Xeon with avx2"
     )
 
@@ -93,7 +94,7 @@ def test_a_folder_made_on_two_machines_says_which_rows_each_made(tmp_path, monke
 def test_a_sweep_made_over_sittings_says_each_machine_with_the_span_of_its_dates(tmp_path, monkeypatch):
     import json
 
-    from ragscale.experiments import pages
+    from ragscale.published import directives
 
     folder = tmp_path / "sweep"
     folder.mkdir()
@@ -102,21 +103,23 @@ def test_a_sweep_made_over_sittings_says_each_machine_with_the_span_of_its_dates
     oracle = {"oracle-gold": {"made": {"date": "2026-12-01", "cpu": "Xeon", "cpu_flags": "avx2"}}}
     manifest = {"command": "ragscale sweep --dataset hotpotqa", "rows": rows, "oracle": oracle}
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    monkeypatch.setattr(pages, "RESULTS", tmp_path)
-    assert pages.value("made sweep") == "2026-11-27 to 2026-11-30 on AMD EPYC with avx2; 2026-12-01 on Xeon with avx2"
-    assert pages.value("command sweep") == "`ragscale sweep --dataset hotpotqa`"
+    monkeypatch.setattr(directives, "RESULTS", tmp_path)
+    assert directives.value("made sweep") == (
+        "2026-11-27 to 2026-11-30 on AMD EPYC with avx2; 2026-12-01 on Xeon with avx2"
+    )
+    assert directives.value("command sweep") == "`ragscale sweep --dataset hotpotqa`"
 
 
 def test_a_published_folders_runs_are_paired_with_their_uncompiled_run_or_another_optimizers(tmp_path, monkeypatch):
     import json
     import shutil
 
-    from ragscale.experiments import pages
     from ragscale.experiments.files import write_jsonl_gz
-    from ragscale.experiments.published import MANIFEST, read_records
+    from ragscale.experiments.sweep.adopt import MANIFEST, read_records
+    from ragscale.published import directives
 
     folder = tmp_path / "published"
-    shutil.copytree(pages.RESULTS / "core-hotpotqa-qwen2.5-coder-0.5b", folder)
+    shutil.copytree(directives.RESULTS / "core-hotpotqa-qwen2.5-coder-0.5b", folder)
     records = read_records(folder / "rag-none.jsonl.gz")
     right = next(r for r in records if r["em"] == 1.0)
     right["em"], right["f1"] = 0.0, 0.0  # compiled RAG misses one question uncompiled RAG got: -0.2 EM of 500
@@ -125,7 +128,7 @@ def test_a_published_folders_runs_are_paired_with_their_uncompiled_run_or_anothe
     rag = manifest["runs"]["rag-none"]
     manifest["runs"]["rag-bootstrap"] = {**rag, "params": {**rag["params"], "optimizer": "bootstrap"}}
     (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
-    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    monkeypatch.setattr(directives, "RESULTS", tmp_path)
 
     lines = render("<!--= compiled published -->x<!--/-->").splitlines()
     assert lines[3:5] == ["|---|---|---|---|", "| rag | bootstrap | -0.2 [-0.6, +0.0] | -0.2 [-0.6, +0.0] |"]

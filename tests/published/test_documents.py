@@ -1,4 +1,4 @@
-"""A documents benchmark's answers, committed and scored again (``experiments/grounded.py``)."""
+"""A documents benchmark's answers, committed and scored again (``published/documents.py``)."""
 
 import gzip
 import json
@@ -6,9 +6,10 @@ import re
 
 import pytest
 
-from ragscale.experiments import family, grounded, pages
-from ragscale.experiments.compare import paired_bootstrap
-from ragscale.experiments.published import load, publish_rows
+from ragscale.experiments import family
+from ragscale.experiments.paired import paired_bootstrap
+from ragscale.published import directives, documents, pages
+from ragscale.published.runs import load, publish_rows
 
 
 def answered(qid: str, rank: int | None, em: bool, *, grades=None) -> dict:
@@ -31,22 +32,22 @@ def folder(tmp_path, monkeypatch):
     rows = {name: {"params": {"config": name}} for name in RECORDS}
     made = {"cpu": "Test CPU", "cpu_flags": "avx2", "gpu": "none", "git_commit": "abc", "git_dirty": "false",
             "date": "2026-11-28"}  # fmt: skip
-    published = publish_rows(tmp_path / "documents-test", rows, RECORDS, grounded.KEPT, command="python x.py",
+    published = publish_rows(tmp_path / "documents-test", rows, RECORDS, documents.KEPT, command="python x.py",
                              made_by=made, about=ABOUT)  # fmt: skip
-    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    monkeypatch.setattr(directives, "RESULTS", tmp_path)
     return published
 
 
 def test_a_configurations_scores_come_from_its_records():
-    found = grounded.scores(RECORDS["plain"])
+    found = documents.scores(RECORDS["plain"])
     assert (found["R@1"], found["R@k"], found["Ans@k"], found["Acc"], found["EM"]) == (50.0, 75.0, 75.0, 50.0, 50.0)
     assert (found["calls"], found["s"]) == (1.0, 1.0)
-    assert grounded.relevant(RECORDS["plain+fused"]) == "75% (12 of 16)"
+    assert documents.relevant(RECORDS["plain+fused"]) == "75% (12 of 16)"
 
 
 def test_each_scores_differences_against_the_first_configuration_are_one_holm_family():
-    found = grounded.differences(RECORDS)
-    assert list(found) == ["contextual", "plain+fused"] and set(found["contextual"]) == set(grounded.COMPARED)
+    found = documents.differences(RECORDS)
+    assert list(found) == ["contextual", "plain+fused"] and set(found["contextual"]) == set(documents.COMPARED)
     em = {r["id"]: 100.0 * r["em"] for r in RECORDS["plain"]}
     raw = [paired_bootstrap({r["id"]: 100.0 * r["em"] for r in RECORDS[n]}, em) for n in ("contextual", "plain+fused")]
     assert [found[n]["EM"].p_adjusted for n in found] == family.holm([ci.p for ci in raw])
@@ -68,7 +69,7 @@ def test_a_page_cites_the_published_answers_and_a_changed_answer_changes_it(fold
     assert "| plain + rerank, fused order | 0.0 | 100.0 | 100.0 | 0.0 | 0.0 | 21.00 | 1.0 |" in shown
     assert "EM <!--= documents documents-test score contextual EM -->100.0<!--/-->" in shown
     assert "75% (12 of 16)" in shown and "79 LM calls (66 s)" in shown and "2026-11-28 on Test CPU" in shown
-    assert "+50.0 [" in shown and grounded.RULE in shown
+    assert "+50.0 [" in shown and documents.RULE in shown
 
     path = folder / "contextual.jsonl.gz"
     with gzip.open(path, "rt") as lines:
@@ -76,7 +77,7 @@ def test_a_page_cites_the_published_answers_and_a_changed_answer_changes_it(fold
     rows[0]["em"] = False
     with gzip.open(path, "wt") as out:
         out.writelines(json.dumps(r) + "\n" for r in rows)
-    pages._loaded.cache_clear()
+    directives._loaded.cache_clear()
     assert pages.render(page) != shown
 
 
@@ -92,5 +93,5 @@ def test_a_page_cites_the_published_answers_and_a_changed_answer_changes_it(fold
     ],
 )
 def test_a_bad_documents_directive_says_what_is_there(folder, expr, message):
-    with pytest.raises(pages.DirectiveError, match=re.escape(message)):
+    with pytest.raises(directives.DirectiveError, match=re.escape(message)):
         pages.render(f"<!--= {expr} -->x<!--/-->")

@@ -4,7 +4,7 @@
 Grade predictor of CRAG and Self-RAG as each optimizer compiled it, and ``publish`` writes every grade to
 ``benchmarks/results/NAME/<row>.jsonl.gz`` (``KEPT``: the passage, its label, the grade, and the margin log
 P(relevant) - log P(irrelevant) where the LM scores the options) with a ``manifest.json`` shaped as a method
-table's (``published.py``: the command, the machine and commit, and each row's settings and timings), so that the
+table's (``runs.py``: the command, the machine and commit, and each row's settings and timings), so that the
 ``made`` and ``command`` page directives read it too. ``scores`` makes a row's numbers from its grades alone, and
 ``table`` the table a page cites (its ``graders FOLDER`` directive).
 """
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ragscale.experiments.published import load, publish_rows
+from ragscale.published.runs import load, publish_rows
 
 KEPT = ("passage_id", "label", "grade", "margin")
 """What is committed of each grade: which passage, the label the data gives it, the grade, and the margin."""
@@ -65,10 +65,10 @@ def separation(records: Sequence[dict]) -> dict[str, float | None]:
 def publish(
     folder: Path, rows: dict[str, dict], grades: dict[str, list[dict]], *, command: str, made_by: dict | None = None
 ) -> Path:
-    """Write each row's grades, as ``<name>.jsonl.gz``, and the manifest to ``folder`` (``published.publish_rows``,
+    """Write each row's grades, as ``<name>.jsonl.gz``, and the manifest to ``folder`` (``runs.publish_rows``,
     see the module docstring). ``rows`` holds each row's settings and timings by its name (its optimizer,
     ``-calibrated`` added for a calibrated grader): ``params`` (``optimizer``, ``demo_grades``, ...) and ``metrics``
-    (``compile_lm_calls``, ...); ``made_by`` (``published.made_here()`` taken when the benchmark started; default:
+    (``compile_lm_calls``, ...); ``made_by`` (``runs.made_here()`` taken when the benchmark started; default:
     now) where they were made."""
     return publish_rows(folder, rows, grades, KEPT, command=command, made_by=made_by)
 

@@ -1,6 +1,6 @@
 """The papers' core claims, checked on published methods tables: one family across the tables, EM deciding.
 
-Each claim is one paired comparison of two runs of a table (``published.py``), named in advance with its direction:
+Each claim is one paired comparison of two runs of a table (``runs.py``), named in advance with its direction:
 
 - retrieval beats closed-book: RAG - closed-book;
 - demonstrations that carry their documents beat RAG's (Yue et al. 2024, DRAG): compiled DRAG - RAG;
@@ -36,8 +36,8 @@ def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> l
     """Each claim with, per folder, its comparison (``ci``: a ``BootstrapCI`` adjusted with the family, None where
     the folder lacks a run) and verdict."""
     from ragscale.experiments import family
-    from ragscale.experiments.compare import paired_bootstrap
-    from ragscale.experiments.published import load, points_by_run
+    from ragscale.experiments.paired import paired_bootstrap
+    from ragscale.published.runs import load, points_by_run
 
     em = {folder: points_by_run(load(folder)[1]) for folder in folders}
     cells = [
@@ -67,7 +67,7 @@ def _found(ci) -> dict[str, Any] | None:
 def table(folders: Sequence[Path], labels: Sequence[str]) -> str:
     """The claims as a markdown table: a column per folder (headed by ``labels``), each cell the EM difference with
     its 95% CI and the verdict."""
-    from ragscale.experiments.compare import format_ci
+    from ragscale.experiments.paired import format_ci
 
     lines = [
         "| claim | compared | " + " | ".join(labels) + " |",

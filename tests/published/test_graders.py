@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from ragscale.experiments import pages
-from ragscale.experiments.graded import format_table, publish, record, scores, separation, table
+from ragscale.published import directives
+from ragscale.published.graders import format_table, publish, record, scores, separation, table
 
 
 def grades(*rows: tuple[str, str, float | None]) -> list[dict]:
@@ -52,12 +52,12 @@ def test_a_published_folder_makes_the_same_table_and_a_changed_grade_changes_it(
     made = format_table(rows, given)
     assert table(folder) == made
     assert "| labeled-calibrated | 2 / 2 | 50.0 | 100.0 | 0.0 | 0.0 | 1.000 | 100.0 | 3 |" in made
-    monkeypatch.setattr(pages, "RESULTS", tmp_path)
-    assert pages.value("graders graders").strip() == made
-    assert pages.value("command graders") == "`python benchmarks/graders.py --publish graders`"
-    assert " on " in pages.value("made graders")  # the date and machine it was made on
-    assert pages.value("grader graders labeled-calibrated irrelevant_recall") == "0.0"
-    assert pages.value("grader graders labeled auc") == "1.000"
+    monkeypatch.setattr(directives, "RESULTS", tmp_path)
+    assert directives.value("graders graders").strip() == made
+    assert directives.value("command graders") == "`python benchmarks/graders.py --publish graders`"
+    assert " on " in directives.value("made graders")  # the date and machine it was made on
+    assert directives.value("grader graders labeled-calibrated irrelevant_recall") == "0.0"
+    assert directives.value("grader graders labeled auc") == "1.000"
 
     changed = given["labeled"][1] | {"grade": "relevant"}
     with gzip.open(folder / "labeled.jsonl.gz", "wt") as out:

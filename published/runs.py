@@ -8,13 +8,13 @@ its retriever names), a compiled run's program (its demonstrations and instructi
 code-path flags), the git commit and each run's params and metrics. ``load`` reads a folder back, and ``table``
 writes the comparison table a page cites from the files alone: every score re-derived from the records
 (``evaluate.record_scores``), each difference paired against the baseline over question ids
-(``compare.paired_bootstrap``) and marked as one family (``family``); only questions per minute, a timing, comes from
-the manifest.
+(``paired.paired_bootstrap``) and marked as one family (``family``); only questions per minute, a timing, comes from
+the manifest. The folder's format as the runtime reads it (the manifest's name, ``read_records``) is
+``experiments.sweep.adopt``'s: a sweep on a fresh machine takes up a published sweep from it.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from collections.abc import Sequence
@@ -24,8 +24,8 @@ from typing import Any
 
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.files import write_json, write_jsonl_gz
+from ragscale.experiments.sweep.adopt import MANIFEST, read_records
 
-MANIFEST = "manifest.json"
 KEPT = (
     "id", "prediction", "answers", "em", "f1", "acc", "retrieval_recall", "passage_ids", "lm_calls", "input_tokens",
     "output_tokens", "sub_questions", "intermediate_answers", "behaviour", "error",
@@ -69,11 +69,6 @@ def write_records(path: Path, runs_dir: Path, run_id: str, name: str) -> None:
     if records is None:
         raise FileNotFoundError(f"run {run_id} ({name}) has no per-question records to publish")
     write_jsonl_gz(path, ({k: r.get(k) for k in KEPT} for r in records))
-
-
-def read_records(path: Path) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
 
 
 def provenance(made_by: dict[str, str | None], command: str) -> dict[str, Any]:
@@ -126,6 +121,24 @@ def made(run: Any) -> dict[str, str | None]:
     return {**{k: run.data.tags.get(PREFIX + k) for k in MADE}, "date": date}
 
 
+def made_on(manifest: dict) -> str:
+    """When and on what a published folder's runs were made: a method table's, each machine and date with its runs
+    where they were made on several; a sweep's, made over sittings, each machine with the dates of its rows."""
+    if "rows" in manifest:
+        machines: dict[str, set[str]] = {}
+        for row in [*manifest["rows"].values(), *manifest["oracle"].values()]:
+            machines.setdefault(f"{row['made']['cpu']} with {row['made']['cpu_flags']}", set()).add(row["made"]["date"])
+        spans = {where: (min(dates), max(dates)) for where, dates in machines.items()}
+        return "; ".join(f"{' to '.join(sorted({*span}))} on {where}" for where, span in spans.items())
+    machine, rows = manifest["machine"], {}
+    for name, run in manifest["runs"].items():  # a run published before runs kept their machine: the folder's
+        made = run.get("made") or {**machine, "date": manifest["date"]}
+        rows.setdefault(f"{made['date']} on {made['cpu']} with {made['cpu_flags']}", []).append(name)
+    if len(rows) == 1:
+        return next(iter(rows))
+    return "; ".join(f"{', '.join(names)}: {where}" for where, names in rows.items())
+
+
 def row_of(params: dict[str, str]) -> str:
     """What a run is called in a table: its method, or the oracle row its retriever names."""
     return params.get("retriever_identity") or params["method"]
@@ -171,7 +184,7 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
     named ``baseline``, paired over question ids and adjusted with the folder's other differences as one family
     (``ci``: None for the baseline)."""
     from ragscale.experiments import family
-    from ragscale.experiments.compare import paired_bootstrap
+    from ragscale.experiments.paired import paired_bootstrap
 
     manifest, records = load(folder)
     if baseline not in records:
@@ -196,7 +209,7 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
 def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> str:
     """The markdown table of the runs in ``folder`` against the run named ``baseline``, every number but questions
     per minute re-derived from the records (``compared``)."""
-    from ragscale.experiments.compare import format_ci
+    from ragscale.experiments.paired import format_ci
 
     lines = [
         "| method | optimizer | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q | effective context / q "
@@ -218,7 +231,7 @@ def compiled_table(folder: Path, against: str = "none") -> str:
     run), paired over question ids: EM, whose differences are one family (``family.adjust``), and F1 beside it,
     adjusted as its own."""
     from ragscale.experiments import family
-    from ragscale.experiments.compare import format_ci, paired_bootstrap
+    from ragscale.experiments.paired import format_ci, paired_bootstrap
 
     manifest, records = load(folder)
     params = {name: run["params"] for name, run in manifest["runs"].items()}

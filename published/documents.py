@@ -5,7 +5,7 @@ tables.
 chunks, without or with the LM reranker) and writes every answered question to
 ``benchmarks/results/NAME/<config>.jsonl.gz`` (``KEPT``: the question's id and kind, its gold answers, the kept
 chunks' ids, the rank of the first chunk on the answer's page, the answer and its scores, the LM calls, seconds and
-grades it took) with a ``manifest.json`` (``published.publish_rows``: the command, the machine and commit, each
+grades it took) with a ``manifest.json`` (``runs.publish_rows``: the command, the machine and commit, each
 configuration's settings, and what ingesting and compiling the grader cost). ``scores`` makes a configuration's
 numbers from its records alone, ``differences`` each configuration against the first, paired over the questions,
 and ``directive`` the text a page's ``documents FOLDER PART ...`` directive writes.
@@ -44,10 +44,10 @@ def scores(records: Sequence[dict]) -> dict[str, float]:
 
 def differences(records: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
     """Each configuration after the first against the first, paired over the questions both answered: a
-    ``compare.BootstrapCI`` in points per score of ``COMPARED``, each score's differences adjusted together
+    ``paired.BootstrapCI`` in points per score of ``COMPARED``, each score's differences adjusted together
     (``family.adjust``, Holm)."""
     from ragscale.experiments import family
-    from ragscale.experiments.compare import paired_bootstrap
+    from ragscale.experiments.paired import paired_bootstrap
 
     (_, first), *others = records.items()
     found: dict[str, dict[str, Any]] = {name: {} for name, _ in others}
@@ -76,7 +76,7 @@ def table(records: dict[str, list[dict]], k: int) -> str:
 
 def versus(records: dict[str, list[dict]], k: int) -> str:
     """The markdown table of each configuration's ``differences`` against the first."""
-    from ragscale.experiments.compare import format_ci
+    from ragscale.experiments.paired import format_ci
 
     head = ["chunks", *(s.replace("@k", f"@{k}") for s in COMPARED)]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---|" * len(COMPARED)]
@@ -103,9 +103,9 @@ def directive(folder: Path, args: Sequence[str], loaded: tuple[dict, dict[str, l
     calls a difference real), ``score CONFIG NAME`` (one of ``scores``), ``diff CONFIG SCORE`` (its difference
     against the first configuration, as ``versus`` shows it), ``relevant CONFIG`` (its grades), ``cost SETUP`` (the
     LM calls and seconds that writing a collection's contexts took); ``loaded``: the folder's manifest and records if
-    already read (``published.load``). Raises ValueError naming what is not there."""
-    from ragscale.experiments.compare import format_ci
-    from ragscale.experiments.published import load
+    already read (``runs.load``). Raises ValueError naming what is not there."""
+    from ragscale.experiments.paired import format_ci
+    from ragscale.published.runs import load
 
     if loaded is None:
         if not (folder / "manifest.json").is_file():

@@ -11,7 +11,7 @@ from pathlib import Path
 def load(folder: Path) -> dict[str, dict]:
     """The cells by name (``<row>-<optimizer>``), in their table's order (each method as registered, uncompiled
     first, then the oracle rows), each cell's EM, F1, Acc and n made again from its per-question scores."""
-    from ragscale.experiments.published import table_order
+    from ragscale.published.runs import table_order
 
     cells = {}
     for path in sorted(folder.glob("*.json")):

@@ -2,15 +2,14 @@
 again, and from which a sweep on another machine goes on.
 
 ``publish`` copies a sweep's finished configurations to a folder (``benchmarks/results/<name>/``): each configuration's
-and oracle row's per-question records (``published.KEPT``: id, prediction, gold, EM/F1/Acc, passages, tokens,
-follow-ups, behaviour) as ``<label>.jsonl.gz`` (``rag-k5-m2``, ``iterdrag-k5-m2-n3``, ``oracle-gold``), the programs
-compiled for each method and shot count (``compiled/``, JSON), the accuracy-against-context plot, and a manifest with
-the command, the dataset, LM and grid, and each row as it ran (its key, run, timings, the estimate made before it, and
-the machine and commit it was made on). A folder is published again as the sweep goes on: the rows already in it are
-kept as they are, so a sweep run over several sittings, on several machines, gathers in one folder. ``adopt`` is the
-other way: it gives a sweep's folder on a fresh machine the rows a published folder holds (their records where the runs'
-are read, their rows in the ledger), so the sweep runs only what is not published yet, with the programs it was compiled
-with.
+and oracle row's per-question records (``runs.KEPT``: id, prediction, gold, EM/F1/Acc, passages, tokens, follow-ups,
+behaviour) as ``<label>.jsonl.gz`` (``rag-k5-m2``, ``iterdrag-k5-m2-n3``, ``oracle-gold``), the programs compiled for
+each method and shot count (``compiled/``, JSON), the accuracy-against-context plot, and a manifest with the command,
+the dataset, LM and grid, and each row as it ran (its key, run, timings, the estimate made before it, and the machine
+and commit it was made on). A folder is published again as the sweep goes on: the rows already in it are kept as they
+are, so a sweep run over several sittings, on several machines, gathers in one folder. The other way, a sweep on a
+fresh machine adopting a published folder's rows (``ragscale sweep --adopt``), is the runtime's:
+``experiments.sweep.adopt``, which also reads the folder's format (its manifest, each row's records) for this module.
 
 ``load`` reads a folder back with every score of every row re-derived from its records (``evaluate.record_scores``),
 and ``report`` makes from them alone what the sweep reported: the budget table (each best chosen on one half of the
@@ -20,7 +19,6 @@ each configuration was planned with beside what it counted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,14 +27,13 @@ from typing import Any
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
-from ragscale.experiments.published import MANIFEST, points_by_run, read_records, write_records
+from ragscale.experiments.sweep.adopt import MANIFEST, copy_compiled, manifest_of, read_records
 from ragscale.experiments.sweep.grid import file_label
 from ragscale.experiments.sweep.rows import Row
+from ragscale.published.runs import made, points_by_run, write_records
 
 SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question")
 """The fields of a row that its records give again: the rest (timings, estimates) are the manifest's."""
-POINT_FIELDS = ("method", "docs", "shots", "iterations", "key", "status", "made")
-"""A published row's fields that are not the ledger's: where it sits in the grid, and where it was made."""
 PLOT = "accuracy_vs_context.png"
 PARTS = ("table", "grid", "claims", "verdicts", "fit", "estimates")
 """What ``report`` makes: the budget table, the grid, the claims (in full, and in short: each with the comparison
@@ -67,7 +64,6 @@ def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> P
     """Copy the finished rows of the sweep whose results are in ``sweep_dir`` (its runs in the store ``runs_dir``,
     or adopted) to ``folder``, keeping the rows the folder already holds (see the module docstring)."""
     from ragscale.experiments import tracking
-    from ragscale.experiments.published import made
     from ragscale.experiments.sweep.ledger import RESULTS
     from ragscale.experiments.sweep.report import plot
     from ragscale.experiments.sweep.scores import read
@@ -106,59 +102,11 @@ def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> P
         **published,
     }
     write_json(folder / MANIFEST, manifest, indent=2)
-    _copy_compiled(Path(sweep_dir), folder)
+    copy_compiled(Path(sweep_dir), folder)
     swept = load(folder)
     title = f"{manifest['dataset']}, {manifest['lm']}, {swept.n} q"
     plot(swept.rows, swept.budgets, folder / PLOT, title=title, oracle=swept.oracle)
     return folder
-
-
-def adopt(folder: Path, sweep_dir: Path, runs_dir: Path) -> int:
-    """Give the sweep whose folder is ``sweep_dir`` the published rows of ``folder`` its ledger lacks: each row's
-    records where the sweep reads a run's (``<runs_dir>/work/<run id>``) and its row in the ledger, under its key, so
-    the sweep counts it as finished, calibrates its estimates on it and reports it. Returns how many it adopted."""
-    from ragscale.experiments.evaluate import PREDICTIONS
-    from ragscale.experiments.files import write_jsonl
-    from ragscale.experiments.sweep.ledger import load_ledger, save_ledger
-
-    manifest, ledger, adopted = manifest_of(folder), load_ledger(sweep_dir), 0
-    for part in ("rows", "oracle"):
-        for name, values in manifest[part].items():
-            if values["key"] in ledger:
-                continue
-            work = Path(runs_dir) / "work" / values["run_id"]
-            work.mkdir(parents=True, exist_ok=True)
-            write_jsonl(work / PREDICTIONS, read_records(folder / f"{name}.jsonl.gz"))
-            ledger[values["key"]] = {k: v for k, v in values.items() if k not in POINT_FIELDS}
-            adopted += 1
-    if adopted:
-        Path(sweep_dir).mkdir(parents=True, exist_ok=True)
-        save_ledger(sweep_dir, ledger)
-    _copy_compiled(folder, Path(sweep_dir))
-    return adopted
-
-
-def _copy_compiled(source: Path, target: Path) -> None:
-    """The programs the sweep compiled (``ledger.COMPILED``: JSON, each named by its settings' key) that ``target``
-    lacks, copied from ``source``: the demonstrations every row of a method and shot count was run with."""
-    import shutil
-
-    from ragscale.experiments.sweep.ledger import COMPILED
-
-    for program in sorted((source / COMPILED).glob("*.json")):
-        if not (target / COMPILED / program.name).exists():
-            (target / COMPILED).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(program, target / COMPILED / program.name)
-
-
-def manifest_of(folder: Path) -> dict[str, Any]:
-    path = folder / MANIFEST
-    if not path.exists():
-        raise ConfigError(f"{path}: not found; publish a sweep there with benchmarks/publish.py --sweep")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    if "grid" not in manifest or "rows" not in manifest:
-        raise ConfigError(f"{path}: not a published sweep's manifest (it has no grid and rows)")
-    return manifest
 
 
 def load(folder: Path) -> Sweep:
