@@ -28,6 +28,15 @@ def test_the_papers_methods_declare_what_sets_them_apart():
     assert (RAG.demo_documents, DRAG.demo_documents, IterDRAG.demo_documents) == (False, True, True)
 
 
+def test_iterdrag_declares_the_count_that_reaches_its_cap_and_the_decomposers_the_fields_a_record_keeps():
+    assert {name: cls.reaches_cap for name, cls in PROGRAMS.items() if cls.reaches_cap} == {"iterdrag": "follow_ups"}
+    asked = dspy.Prediction(answer="a", sub_questions=["q?"], intermediate_answers=["b"])
+    assert IterDRAG.behaviour("Q?", asked)[IterDRAG.reaches_cap] == 1  # one iteration, one follow-up
+    kept = {name: cls.record_fields for name, cls in PROGRAMS.items() if cls.record_fields}
+    assert kept == dict.fromkeys(("iterdrag", "decompose-recursive", "decompose-individual"),
+                                 ("sub_questions", "intermediate_answers"))  # fmt: skip
+
+
 def test_the_defaults_of_the_contract_are_what_a_plain_retrieve_then_answer_method_needs():
     class Plain(Method):
         name = "plain"
@@ -39,6 +48,7 @@ def test_the_defaults_of_the_contract_are_what_a_plain_retrieve_then_answer_meth
 
     plain = Plain(retriever=None, k=4)
     assert plain.max_documents() == {"answer": 4} and plain.max_list_items() == 1
+    assert (Plain.reaches_cap, Plain.record_fields) == (None, ())
     assert Plain.behaviour("q", dspy.Prediction(answer="a")) == {}
     assert plain.demonstrates(dspy.Example(question="q"), dspy.Prediction(answer="a"))
     assert ClosedBook().max_documents() == {}  # retrieves nothing: no document slot
