@@ -73,9 +73,10 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
 
     The record: id, question, prediction, answers, em, f1, acc, retrieval_recall (None when the question has no
     supporting titles or the program does not retrieve: `retrieves` False), lm_calls, input_tokens, output_tokens,
-    latency_s, passage_ids, passage_titles, sub_questions and intermediate_answers (IterDRAG, else empty),
-    behaviour (the method's defining step on this question: ``program.behaviour``, ``{}`` for a failed question or
-    a program without one), error (None, or "Type: message").
+    latency_s, passage_ids, passage_titles, the prediction's ``record_fields`` (``recorded_fields``: the follow-ups
+    a decomposing method asked and their answers, empty for a method without them), behaviour (the method's defining
+    step on this question: ``program.behaviour``, ``{}`` for a failed question or a program without one), error
+    (None, or "Type: message").
     """
     import dspy
 
@@ -114,11 +115,20 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
         "latency_s": round(latency, 4),
         "passage_ids": ids,
         "passage_titles": titles,
-        "sub_questions": list(getattr(pred, "sub_questions", None) or []) if pred is not None else [],
-        "intermediate_answers": list(getattr(pred, "intermediate_answers", None) or []) if pred is not None else [],
+        **recorded_fields(program, pred),
         "behaviour": behaviour,
         "error": error,
     }
+
+
+def recorded_fields(program, prediction) -> dict[str, list]:
+    """The list fields of ``prediction`` a record keeps: those ``program`` declares (``Method.record_fields``),
+    and every other registered method's, empty, so that the records of every method have the same keys."""
+    from ragscale.programs import PROGRAMS
+
+    names = dict.fromkeys(name for method in (*PROGRAMS.values(), program) for name in method.record_fields)
+    own = set(program.record_fields) if prediction is not None else set()
+    return {name: list(getattr(prediction, name, None) or []) if name in own else [] for name in names}
 
 
 def evaluate(

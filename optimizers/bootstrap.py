@@ -1,4 +1,12 @@
-"""DSPy's BootstrapFewShot with the teacher run on several training examples at a time, keeping every step.
+"""The ``bootstrap`` teleprompter: DSPy's BootstrapFewShot with the teacher run on several training examples at a
+time, keeping every step, shown labeled demonstrations first and topped up with them after.
+
+``Bootstrap`` keeps as demonstrations the program's own traces that pass the metric, so they hold the documents
+retrieved during the trace. As DSPy's ``max_labeled_demos`` does with raw examples, the teacher first gets labeled
+demonstrations (``labeled``, with documents and, where the data has them, gold decompositions: the form it then
+writes its steps in) of the first ``shots`` shuffled training examples, and runs on the others (a training set no
+larger than ``shots`` is all run on, with no labeled demos shown); predictors left short of ``shots`` are topped up
+with labeled demonstrations. With ``teacher_lm`` the teacher copy runs on that LM (DSPy's ``teacher_settings``).
 
 DSPy's loop runs one example after another, so a local engine that batches concurrent requests never gets a batch
 to work on. ``ThreadedBootstrapFewShot`` keeps DSPy's selection (the first passing traces in training order) and
@@ -14,6 +22,10 @@ import random
 from typing import Any
 
 import dspy
+
+from ragscale.optimizers.base import Teleprompter, keeping_behaviour
+from ragscale.optimizers.demos import LabeledWithDocuments
+from ragscale.programs.base import Method
 
 logger = logging.getLogger(__name__)
 
@@ -111,3 +123,40 @@ class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
         logger.info("bootstrapped %d traces from %d training examples", len(bootstrapped), len(self.trainset))
         self.validation = [x for i, x in enumerate(self.trainset) if i not in bootstrapped]
         random.Random(0).shuffle(self.validation)
+
+
+class Bootstrap(Teleprompter):
+    """``bootstrap`` (see the module docstring): ``max_attempts`` caps the training examples the teacher runs on
+    (default: all of them, until ``shots`` traces pass), ``threads`` how many it runs at once."""
+
+    name = "bootstrap"
+
+    def __init__(
+        self, *, seed: int = 0, threads: int = 1, teacher_lm: dspy.LM | None = None, max_attempts: int | None = None,
+        **shared: Any,
+    ):  # fmt: skip
+        super().__init__(**shared)
+        self.seed, self.threads, self.teacher_lm, self.max_attempts = seed, threads, teacher_lm, max_attempts
+
+    def learn(self, student: Method, trainset: list, valset: list | None) -> Method:
+        shots = self.shots
+        trainset = random.Random(self.seed).sample(trainset, len(trainset))
+        shown = trainset[:shots] if len(trainset) > shots else []  # shown to the teacher, not run on
+        attempted = trainset[len(shown) :]
+        teleprompter = ThreadedBootstrapFewShot(
+            metric=keeping_behaviour(self.metric, student),
+            max_bootstrapped_demos=shots,
+            max_labeled_demos=0,
+            teacher_settings=self.teacher_settings,
+            threads=self.threads,
+        )
+        teacher = self._labeled(student, shown)
+        compiled = teleprompter.compile(student, teacher=teacher, trainset=attempted[: self.max_attempts])
+        shown = {demo.get("question") for predictor in compiled.predictors() for demo in predictor.demos}
+        labeled = self._labeled(student, [example for example in trainset if example.question not in shown])
+        for mine, extra in zip(compiled.predictors(), labeled.predictors(), strict=True):
+            mine.demos = list(mine.demos) + extra.demos[: max(0, shots - len(mine.demos))]
+        return compiled
+
+    def _labeled(self, student: Method, examples: list) -> Method:
+        return LabeledWithDocuments(self.shots, self.docs_per_demo, self.seed).compile(student, trainset=examples)

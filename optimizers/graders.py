@@ -18,8 +18,11 @@ against it (``ragscale.programs.calibration``). ``ragscale run`` does not ask fo
 itself irrelevant, so that prior pushes the grades toward "relevant", where a small model already leans.
 """
 
+from __future__ import annotations
+
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import dspy
 
@@ -27,6 +30,9 @@ from ragscale.programs.base import Method
 from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval import Passage, format_passage
 from ragscale.signatures import Grade
+
+if TYPE_CHECKING:
+    from ragscale.optimizers.base import Teleprompter
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +106,7 @@ def compile_graders(
     program: Method,
     trainset: Sequence[dspy.Example],
     *,
-    optimizer: str,
+    optimizer: str | Teleprompter,
     shots: int,
     calibrate: bool = False,
     **kwargs,
@@ -108,19 +114,23 @@ def compile_graders(
     """Compile one ``Grader`` (a ``Predict(Grade)``) on ``grade_examples(trainset)`` with ``optimizer`` and give its
     demos and instructions to every grader of ``program`` (changed in place and returned); with ``calibrate``, each
     grader (a ``CalibratedPredict``) then learns its prior on content-free inputs with ``kwargs["lm"]``, the LM that
-    will grade. ``kwargs`` go to ``compile_program`` (lm, adapter, seed, ...). A program without graders, or ``none``,
-    is returned as it is."""
-    from ragscale.optimizers.teleprompters import compile_program
+    will grade. ``optimizer`` is a name in ``OPTIMIZERS``, built with ``kwargs`` as ``compile_program`` builds it (lm,
+    adapter, seed, ...), or a teleprompter already built, copied onto ``grade_match``. A program without graders, or
+    ``none``, is returned as it is."""
+    from ragscale.optimizers.teleprompters import compile_with, teleprompter
 
     targets = graders(program)
-    if not targets or optimizer == "none":
+    if not targets or getattr(optimizer, "name", optimizer) == "none":
         return program
     labelled = grade_examples(trainset)
     if not labelled:
         raise ValueError("compile_graders: no training example has paragraphs to label (field 'paragraphs')")
-    grader = compile_program(
-        Grader(), labelled, optimizer=optimizer, metric=grade_match, shots=shots, docs_per_demo=0, **kwargs
-    )
+    lm, adapter, valset = (kwargs.pop(key, None) for key in ("lm", "adapter", "valset"))
+    if isinstance(optimizer, str):
+        built = teleprompter(optimizer, metric=grade_match, shots=shots, docs_per_demo=0, **kwargs)
+    else:
+        built = optimizer.replaced(metric=grade_match, docs_per_demo=0)
+    grader = compile_with(built, Grader(), labelled, lm=lm, adapter=adapter, valset=valset)
     learned = grader.predictors()[0]
     demos = balance_labels(learned.demos, labelled, shots)
     for target in targets:
@@ -129,7 +139,7 @@ def compile_graders(
         if calibrate:
             if not isinstance(target, CalibratedPredict):
                 raise ValueError(f"compile_graders(calibrate=True): the grader {target!r} is not a CalibratedPredict")
-            with dspy.context(adapter=kwargs.get("adapter") or dspy.settings.adapter):
-                target.calibrate(lm=kwargs.get("lm"))
+            with dspy.context(adapter=adapter or dspy.settings.adapter):
+                target.calibrate(lm=lm)
             logger.info("grader calibrated: prior %s", {k: round(v, 3) for k, v in target.calibration.items()})
     return program

@@ -8,8 +8,9 @@ from typing import Any
 
 import dspy
 
+from ragscale.optimizers.base import Teleprompter
 from ragscale.optimizers.graders import compile_graders
-from ragscale.optimizers.teleprompters import Metric, compile_program
+from ragscale.optimizers.teleprompters import Metric, compile_program, compile_with
 from ragscale.programs.base import Method
 
 
@@ -31,3 +32,18 @@ def compile_method(
     compiled = compile_program(program, list(trainset), optimizer=optimizer, metric=metric, shots=shots,
                                docs_per_demo=docs_per_demo, threads=threads, **settings, **own)  # fmt: skip
     return compile_graders(compiled, list(trainset), optimizer=optimizer, shots=shots, threads=threads, **settings)
+
+
+def compile_method_with(
+    teleprompter: dspy.teleprompt.Teleprompter, program: Method, trainset: Sequence[dspy.Example], **context: Any
+) -> Method:
+    """``program`` compiled by a teleprompter already built (``context``: ``compile_with``'s lm, adapter and
+    valset): one of ragscale's (``OPTIMIZERS``) compiles the program, then its graders by a copy of itself on their
+    relevance labels (``Teleprompter.replaced``); any other DSPy teleprompter compiles the whole program, graders
+    included, as it does any program."""
+    compiled = compile_with(teleprompter, program, trainset, **context)
+    if not isinstance(teleprompter, Teleprompter):
+        return compiled
+    lm, adapter = context.get("lm"), context.get("adapter")
+    return compile_graders(compiled, list(trainset), optimizer=teleprompter, shots=teleprompter.shots, lm=lm,
+                           adapter=adapter)  # fmt: skip

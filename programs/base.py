@@ -12,6 +12,11 @@ never its name, so a new method is one file and one line in the registry:
   (DRAG, IterDRAG) or are question -> answer pairs (RAG, whose demonstrations are the paper's many-shot QA).
 - ``without_demos``: the method whose program this one is when it has no demonstrations (DRAG's is RAG's: they
   differ only in what a demonstration carries), or none; a sweep then runs that one's zero-shot points for both.
+- ``reaches_cap``: the ``behaviour`` count that equals ``max_iterations`` exactly when the cap ended a question's loop
+  (IterDRAG's ``follow_ups``: each iteration asks one follow-up or ends the loop), or none; a sweep then carries a
+  question that stopped before a smaller cap to a larger one (``experiments/sweep/carry.py``).
+- ``record_fields``: the list fields of its prediction a per-question record keeps (the follow-ups a decomposing
+  method asked and their answers); every record holds every registered method's, empty where its own has none.
 - ``max_documents()``: the most documents each predictor can see in one call, and ``max_list_items()``: the most
   entries a list input (follow-ups so far) holds; the context-window check formats the longest prompt from both.
 - ``behaviour(question, prediction)``: what the method's defining step did on one question (``programs.behaviour``).
@@ -45,6 +50,8 @@ class Method(dspy.Module):
     iterates: ClassVar[bool] = False
     demo_documents: ClassVar[bool] = True
     without_demos: ClassVar[str | None] = None
+    reaches_cap: ClassVar[str | None] = None
+    record_fields: ClassVar[tuple[str, ...]] = ()
 
     k: int = 0
 

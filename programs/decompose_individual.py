@@ -21,6 +21,7 @@ class DecomposeIndividual(Method):
     """decompose(question) -> sub-questions; each: retrieve -> answer_sub; synthesize(pairs, passages)."""
 
     name = "decompose-individual"
+    record_fields = ("sub_questions", "intermediate_answers")  # the follow-ups asked, and their answers
 
     def __init__(self, retriever, k: int, max_sub_questions: int = 4):
         super().__init__()

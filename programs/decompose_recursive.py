@@ -20,6 +20,7 @@ class DecomposeRecursive(Method):
     """decompose(question) -> sub-questions; for each, then the question: retrieve -> answer(earlier pairs)."""
 
     name = "decompose-recursive"
+    record_fields = ("sub_questions", "intermediate_answers")  # the follow-ups asked, and their answers
 
     def __init__(self, retriever, k: int, max_sub_questions: int = 4):
         super().__init__()

@@ -65,6 +65,8 @@ class IterDRAG(Method):
 
     name = "iterdrag"
     iterates = True
+    reaches_cap = "follow_ups"  # each iteration asks one follow-up or ends the loop
+    record_fields = ("sub_questions", "intermediate_answers")  # the follow-ups asked, and their answers
 
     def __init__(self, retriever, k: int, max_iterations: int, resample: int = 3):
         super().__init__()

@@ -1,12 +1,15 @@
 """Prompts of the query-transformation, multi-step and self-reflective methods.
 
-Each docstring is the instruction the model reads; no logic lives here. Signatures shared with RAG, DRAG and
-IterDRAG (``Answer``, ``AnswerSub``, ``Synthesize``, ``Grade``, ``StepBack``, ``Hypothesize``) are in ``qa.py``.
+Each docstring is the instruction the model reads (``instructions.short_answer`` where it asks for the final
+answer); no logic lives here. Signatures shared with RAG, DRAG and IterDRAG (``Answer``, ``AnswerSub``,
+``Synthesize``, ``Grade``, ``StepBack``, ``Hypothesize``) are in ``qa.py``.
 """
 
 from typing import Literal
 
 import dspy
+
+from ragscale.signatures.instructions import short_answer
 
 
 class Rephrase(dspy.Signature):
@@ -27,8 +30,9 @@ class ListSubQuestions(dspy.Signature):
 
 
 class AnswerInOrder(dspy.Signature):
-    """Answer the question using the documents and the questions already answered before it. Reply with the
-    short answer only: a name, a date, a number, a short phrase, or yes/no. Do not explain."""
+    __doc__ = short_answer(
+        "Answer the question using the documents and the questions already answered before it.", width=100
+    )
 
     documents: list[str] = dspy.InputField(desc="retrieved passages, the most relevant last")
     answered: list[str] = dspy.InputField(desc="earlier questions, each with its answer")
@@ -104,8 +108,9 @@ class ReviseStep(dspy.Signature):
 
 
 class AnswerFromReasoning(dspy.Signature):
-    """Answer the question from the reasoning steps, which were checked against the documents. Reply with the
-    short answer only: a name, a date, a number, a short phrase, or yes/no. Do not explain."""
+    __doc__ = short_answer(
+        "Answer the question from the reasoning steps, which were checked against the documents.", width=102
+    )
 
     documents: list[str] = dspy.InputField(desc="passages used to check the steps")
     question: str = dspy.InputField()

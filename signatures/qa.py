@@ -1,13 +1,16 @@
-"""What is asked of the model. Each docstring is the instruction the model reads; no logic lives here."""
+"""What is asked of the model. Each docstring is the instruction the model reads (those that ask for the final answer
+composed with ``instructions.short_answer``, the one wording of "reply with the short answer only"); no logic lives
+here."""
 
 from typing import Literal
 
 import dspy
 
+from ragscale.signatures.instructions import short_answer
+
 
 class Answer(dspy.Signature):
-    """Answer the question using the documents. Reply with the short answer only: a name, a date, a number,
-    a short phrase, or yes/no. Do not explain."""
+    __doc__ = short_answer("Answer the question using the documents.", width=100)
 
     documents: list[str] = dspy.InputField(desc="retrieved passages, the most relevant last")
     question: str = dspy.InputField()
@@ -15,8 +18,7 @@ class Answer(dspy.Signature):
 
 
 class AnswerClosedBook(dspy.Signature):
-    """Answer the question from what you know. Reply with the short answer only: a name, a date, a number,
-    a short phrase, or yes/no. Do not explain."""
+    __doc__ = short_answer("Answer the question from what you know.", width=99)
 
     question: str = dspy.InputField()
     answer: str = dspy.OutputField(desc="a few words at most")
@@ -33,7 +35,7 @@ class Decompose(dspy.Signature):
 
 
 class AnswerSub(dspy.Signature):
-    """Answer the follow-up question using the documents. Reply with the short answer only."""
+    __doc__ = short_answer("Answer the follow-up question using the documents.", width=120, forms=False)
 
     documents: list[str] = dspy.InputField(desc="retrieved passages, the most relevant last")
     sub_question: str = dspy.InputField()
@@ -41,8 +43,9 @@ class AnswerSub(dspy.Signature):
 
 
 class Synthesize(dspy.Signature):
-    """Answer the question using the follow-up questions with their answers and the documents. Reply with the
-    short answer only: a name, a date, a number, a short phrase, or yes/no. Do not explain."""
+    __doc__ = short_answer(
+        "Answer the question using the follow-up questions with their answers and the documents.", width=102
+    )
 
     documents: list[str] = dspy.InputField(desc="passages gathered for the follow-up questions")
     question: str = dspy.InputField()

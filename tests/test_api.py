@@ -186,3 +186,16 @@ def test_compile_takes_a_teleprompters_own_options(scripted, tmp_path):
     train = [to_example(record(i)) for i in range(4)]
     compiled = ragscale.compile(program, train, optimizer="labeled", shots=1, budget="light", max_attempts=2)
     assert len(compiled.answer.demos) == 1
+
+
+def test_compile_takes_a_teleprompter_built_by_hand_with_its_own_settings(scripted, tmp_path):
+    from ragscale.optimizers.metrics import em_metric
+    from ragscale.optimizers.teleprompters import OPTIMIZERS
+
+    program = ragscale.DRAG(ragscale.retriever(TEXTS, kind="bm25", index_dir=tmp_path, progress=False), k=2)
+    train = [to_example(record(i)) for i in range(4)]
+    built = OPTIMIZERS["labeled"](metric=em_metric, shots=1, docs_per_demo=1)
+    compiled = ragscale.compile(program, train, optimizer=built)
+    assert len(compiled.answer.demos) == 1 and len(compiled.answer.demos[0].documents) == 1
+    with pytest.raises(ValueError, match="carries its own settings; got budget, teacher"):
+        ragscale.compile(program, train, optimizer=built, teacher=scripted, budget="light")

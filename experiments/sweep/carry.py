@@ -1,5 +1,5 @@
-"""Questions a configuration need not ask again: IterDRAG under a larger iteration cap, for the questions whose loop
-stopped before a smaller cap that a finished configuration ran.
+"""Questions a configuration need not ask again: a method that declares ``reaches_cap`` (IterDRAG) under a larger
+iteration cap, for the questions whose loop stopped before a smaller cap that a finished configuration ran.
 
 IterDRAG's cap (``max_iterations``) is read by its loop alone: no prompt names it, and the sweep compiles one
 program per method and shot count for every iteration count. A question whose loop ended under the cap n' for
@@ -22,17 +22,14 @@ from typing import Any
 
 from ragscale.experiments.sweep.grid import Point
 from ragscale.experiments.sweep.ledger import run_records
-
-REACHES_CAP = {"iterdrag": "follow_ups"}
-"""For each method whose iteration cap no prompt names, the behaviour count that equals the cap exactly when the cap
-ended a question's loop (each iteration asks one follow-up or ends the loop)."""
+from ragscale.programs import method_named
 
 
 def source_of(point: Point, keys: Mapping[Point, str], finished: Mapping[str, Any]) -> Point | None:
     """The finished point ``point`` carries from: the same method, documents and shots with the largest smaller
     iteration count whose key (``keys``) is in ``finished``; None where the method carries nothing or none
-    finished."""
-    if point.method not in REACHES_CAP:
+    finished (a method carries when it declares ``reaches_cap``, the count that tells the cap ended a loop)."""
+    if method_named(point.method).reaches_cap is None:
         return None
     lower = [
         p
@@ -47,7 +44,7 @@ def source_of(point: Point, keys: Mapping[Point, str], finished: Mapping[str, An
 def stopped_before_cap(method: str, records: Sequence[Mapping[str, Any]], cap: int) -> list[Mapping[str, Any]]:
     """The records of ``method`` run under ``cap`` whose loop ended before it, without an error: the questions a
     larger cap asks the same way (see the module docstring)."""
-    count = REACHES_CAP[method]
+    count = method_named(method).reaches_cap
     return [r for r in records if r.get("error") is None and (r.get("behaviour") or {}).get(count, cap) < cap]
 
 

@@ -49,3 +49,20 @@ def test_failed_questions_count_as_zero_in_the_means(tmp_path, data_dir):
     assert summary["questions_per_minute"] == 8.0
     answered = [r["input_tokens"] for r in records if r["error"] is None]
     assert summary[EFFECTIVE_CONTEXT] == pytest.approx(sum(answered) / 4, abs=0.05)
+
+
+def test_a_record_keeps_the_fields_its_method_declares_and_every_registered_methods_empty():
+    from ragscale.experiments.evaluate import recorded_fields
+    from ragscale.programs import RAG, IterDRAG
+
+    class Stepping(RAG):
+        record_fields = ("steps",)
+
+    pred = dspy.Prediction(answer="a", sub_questions=["q1"], intermediate_answers=["a1"], steps=["s1"])
+    asked = {"sub_questions": ["q1"], "intermediate_answers": ["a1"]}
+    assert recorded_fields(IterDRAG(None, k=1, max_iterations=2), pred) == asked
+    assert recorded_fields(RAG(None, k=1), pred) == {"sub_questions": [], "intermediate_answers": []}
+    assert recorded_fields(Stepping(None, k=1), pred) == {"sub_questions": [], "intermediate_answers": [],
+                                                           "steps": ["s1"]}  # fmt: skip
+    assert recorded_fields(IterDRAG(None, k=1, max_iterations=2), None) == {"sub_questions": [],
+                                                                           "intermediate_answers": []}  # fmt: skip

@@ -306,8 +306,12 @@ def test_a_bootstrapped_decomposition_shows_the_follow_ups_as_they_were_when_the
     assert compiled.decompose.demos
 
 
-def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_what_went_wrong(monkeypatch):
+def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_what_went_wrong(monkeypatch, caplog):
+    import logging
+
     import ragscale.optimizers.feedback as feedback
+
+    caplog.set_level(logging.INFO, logger="ragscale.optimizers")
 
     program, calls = RAG(FixedRetriever(), k=1), []
     metric = feedback.with_feedback(em_metric, program)
@@ -322,6 +326,7 @@ def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_wh
     assert 0 < used <= 12 + len(train)  # checked between iterations: at most one minibatch and one evaluation over
     assert calls and reflection.history  # the feedback metric scored, the reflection LM proposed
     assert "gold answer is 'City" in reflection.history[0]["messages"][-1]["content"]
+    assert f"GEPA used {used} metric calls (budget 12)" in caplog.text
 
 
 def test_a_gepa_budget_is_a_named_level_or_a_number_of_metric_calls_and_a_reflection_lm_is_gepas_alone():
