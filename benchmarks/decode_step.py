@@ -46,7 +46,8 @@ def prefix_cache(model, rows: int, length: int, room: int):
 def stepper(model, way: str):
     """A function running one step of ``way`` on (cache, feed, positions, mask) and returning the logits: the
     engine's ``Decoder``, told to take that way at every row count."""
-    from ragscale.programs.lm.step import BUCKETS, Decoder
+    from ragscale.programs.lm.decoder import Decoder
+    from ragscale.programs.lm.step import BUCKETS
 
     bare = way.removesuffix("-nograph")
     decoder = Decoder(model, bare, graphs=False if bare != way else None)

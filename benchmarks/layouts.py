@@ -4,7 +4,7 @@
                                  [--out-dir runs/layouts] [--json FILE]
     python benchmarks/layouts.py --layouts int8-bf16:hf,int8-bf16:compiled   # the decode step's ways
 
-A layout may name the engine's way of decoding after a colon (``step.DECODE_WAYS``; default: the engine's).
+A layout may name the engine's way of decoding after a colon (``decoder.DECODE_WAYS``; default: the engine's).
 
 Each layout of ``--layouts`` (``programs/lm/layouts.py``; the first is the reference, fp32 by default) answers the
 first ``--limit`` HotpotQA dev questions with uncompiled RAG (hybrid retrieval, k = 5, 4 threads, DSPy's cache
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
+    from ragscale.programs.lm.decoder import DECODE_WAYS
     from ragscale.programs.lm.models import WEIGHTS
-    from ragscale.programs.lm.step import DECODE_WAYS
 
     layouts = [w.strip() for w in args.layouts.split(",") if w.strip()]
     unknown = [w for w in layouts if w.split(":")[0] not in WEIGHTS or w.partition(":")[2] not in ("", *DECODE_WAYS)]

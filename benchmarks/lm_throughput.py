@@ -5,7 +5,7 @@
     python benchmarks/lm_throughput.py --layouts int8-bf16:hf,int8-bf16 --llama-bench PATH   # decode step's ways
 
 0. For each weight layout of ``--layouts`` (``programs/lm/layouts.py``; ``LAYOUT:WAY`` also names how its decode
-   steps run, ``step.DECODE_WAYS``, else the engine's ``auto``), in one run: prefill tokens/s of one 512-token
+   steps run, ``decoder.DECODE_WAYS``, else the engine's ``auto``), in one run: prefill tokens/s of one 512-token
    prompt and decode tokens/s at 1 and 8 rows; with ``--llama-bench`` (a llama.cpp ``llama-bench``
    binary, an optional anchor), llama.cpp's prefill (512 tokens) and one-row decode on the same GGUF file, with
    the same number of threads.
@@ -82,7 +82,7 @@ def model_speed(
     model, tokenizer, examples: list[dict], batch: int, length: int = 512, steps: int = 32
 ) -> tuple[float, float]:
     """(prefill, decode) tokens/s of the bare model on ``batch`` rows of ``length`` tokens: the prefill one
-    transformers forward pass into the engine's KV buffers, each decode step the engine's own (``step.Decoder``,
+    transformers forward pass into the engine's KV buffers, each decode step the engine's own (``decoder.Decoder``,
     the way ``auto`` picks for the model)."""
     import torch
 
@@ -124,8 +124,8 @@ _DECODERS: dict = {}
 def decoder_for(model):
     """The engine's decoder for ``model`` (its way from ``$RAGSCALE_DECODE`` or ``auto``), made once per model: a
     compiled step compiles on its first use, in the untimed warm-up."""
+    from ragscale.programs.lm.decoder import Decoder
     from ragscale.programs.lm.engine import decode_way
-    from ragscale.programs.lm.step import Decoder
 
     if id(model) not in _DECODERS:
         _DECODERS[id(model)] = Decoder(model, decode_way())
@@ -142,9 +142,9 @@ def warm_up(model, tokenizer, examples: list[dict], batches) -> None:
 
 def layout_speeds(model: str, layouts: list[str], examples: list[dict]) -> dict:
     """Prefill (batch 1) and decode (1 and 8 rows) tokens/s of ``model`` in each weight layout, loaded in turn; a
-    layout may name the way its decode steps run after a colon (``int8-bf16:hf``; ``step.DECODE_WAYS``)."""
+    layout may name the way its decode steps run after a colon (``int8-bf16:hf``; ``decoder.DECODE_WAYS``)."""
+    from ragscale.programs.lm.decoder import Decoder
     from ragscale.programs.lm.models import load_model
-    from ragscale.programs.lm.step import Decoder
 
     out = {}
     for layout in layouts:
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> dict:
     from ragscale.programs.lm.models import WEIGHTS
 
     layouts = [w.strip() for w in args.layouts.split(",") if w.strip()]
-    from ragscale.programs.lm.step import DECODE_WAYS
+    from ragscale.programs.lm.decoder import DECODE_WAYS
 
     for layout in [*layouts, args.weights or "fp32"]:
         weights, _, way = layout.partition(":")

@@ -23,8 +23,8 @@ def prefill(model, ids: list[int], prefix: int, chunk: int | None):
     """The logits of every position after ``prefix`` and the seconds their passes took."""
     import torch
 
+    from ragscale.programs.lm.decoder import model_logits
     from ragscale.programs.lm.kv import buffer_cache
-    from ragscale.programs.lm.step import model_logits
 
     cache = buffer_cache(model, 1, len(ids))
 

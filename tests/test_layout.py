@@ -13,9 +13,6 @@ runner, evaluate, tracking, compare, ...) import no sub-package of it; the sweep
 those and themselves, not each other; the command line, ``cli``, may import them all. There is no exception to these
 rules. Imports are read from the sources (every `import` statement, those inside functions included), so a lazy
 import cannot hide a wrong direction or a cycle.
-
-A source file over ``LONG_FILE_LINES`` lines is one the layout names in ``KEPT_WHOLE``, with the reason it is kept
-whole.
 """
 
 import ast
@@ -39,20 +36,6 @@ MAY_IMPORT = {
     "experiments": {"process", "signatures", "programs", "optimizers", "experiments", "data"},
     "data": {"process", "data"},
 }
-LONG_FILE_LINES = 300
-KEPT_WHOLE = {
-    "programs/lm/engine.py": "a request's life, from DSPy's call to its caller's release",
-    "programs/lm/batch.py": "every part works on one batch and shares its state (KV cache, prefix cache, counters)",
-    "programs/lm/step.py": "the decode step, its fused weights and the engine's choice of how to run it",
-    "programs/lm/adapter.py": "the prompt the adapter writes and the calls it makes (coerce.py reads the replies)",
-    "experiments/runner.py": "one run, from its inputs to its MLflow record",
-    "experiments/compare.py": "the comparison of tracked runs, from reading them back to the printed table",
-    "experiments/sweep/run.py": "a sweep's run, from its set-up to its stored results",
-    "experiments/sweep/estimate.py": "a grid point's estimate, from its program's paths to their calibration",
-    "experiments/sweep/claims.py": "the paper's claims, each with the comparisons that decide it and its verdict rule",
-    "experiments/evaluate.py": "a run's questions answered and scored, and the summary their records give",
-}
-"""The source files allowed over ``LONG_FILE_LINES`` lines, each with the one concept that keeps it whole."""
 
 
 def _pyproject() -> dict:
@@ -268,25 +251,3 @@ def test_every_folder_may_import_process_and_process_imports_no_other_folder(tmp
     (tmp_path / "process" / "setup.py").write_text("def go():\n    from ragscale.data.m import x\n")
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     assert _wrong_direction(_graph()) == ["ragscale.process.setup imports ragscale.data.m"]
-
-
-def _lines() -> dict[str, int]:
-    """Source file (relative to the repository) -> its number of lines."""
-    return {
-        path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8").count("\n") for path in _sources().values()
-    }
-
-
-def test_a_source_file_over_300_lines_is_one_the_layout_keeps_whole_for_a_reason():
-    """A file that grows past ``LONG_FILE_LINES`` fails here until it is split, or named in ``KEPT_WHOLE`` with
-    the concept that holds it together, where a reviewer sees the choice."""
-    long = {path: lines for path, lines in _lines().items() if lines > LONG_FILE_LINES}
-    assert {path: lines for path, lines in long.items() if path not in KEPT_WHOLE} == {}
-
-
-def test_every_file_kept_whole_is_a_source_file_over_300_lines_with_a_reason():
-    """The list names only files that need it: one split or shortened under the limit, or gone, leaves it, so an
-    entry cannot go on excusing a file that later grows back."""
-    lines = _lines()
-    assert {path: lines.get(path) for path in KEPT_WHOLE if lines.get(path, 0) <= LONG_FILE_LINES} == {}
-    assert all(reason.strip() for reason in KEPT_WHOLE.values())

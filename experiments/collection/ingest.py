@@ -60,15 +60,7 @@ def ingest(
     """Ingest `paths` (files, or folders: their supported files, recursively) into `collection` (see the module
     docstring). With `contextual`, the LM (and adapter) configured in `dspy.settings` writes the contexts and
     `model` names it in the cache key."""
-    from ragscale.data.documents import (
-        DEFAULT_MAX_TOKENS,
-        SUFFIXES,
-        DocumentError,
-        document_source,
-        file_sha256,
-        folder_documents,
-        load_document,
-    )
+    from ragscale.data.documents import DEFAULT_MAX_TOKENS
 
     store = Collection(collection, runs_dir)
     report = IngestReport()
@@ -79,6 +71,35 @@ def ingest(
         "pictures": getattr(describer, "method", None) or ("ocr" if ocr else "caption"),
     }
     documents = store.manifest.setdefault("documents", {})
+    reading = {"max_tokens": options["max_tokens"], "describer": describer, "ocr": ocr}
+    if count_tokens is not None:
+        reading["count_tokens"] = count_tokens
+    for path in _files(paths, report):
+        read = _read_if_changed(path, documents, options, reading, report)
+        if read is None:
+            continue
+        digest, previous, chunks = read
+        contexts = [""] * len(chunks)
+        if contextual:
+            contexts = _contexts(chunks, store, report, model, max_document_chars, threads)
+        for chunk, context in zip(chunks, contexts, strict=True):
+            chunk["context"] = context
+        (report.replaced if previous else report.added).append(str(path))
+        _keep(store, documents, path, digest, options, chunks)
+        log.info("%s: %d chunks%s", path, len(chunks), " (contextual)" if contextual else "")
+    report.chunks = len(store.chunks)
+    if report.changed or not store.exists:
+        store.save()
+    if build_index and store.chunks and not store.index_is_current():
+        store.retriever()  # embeds what the index lacks (after a change, only the changed files' chunks)
+        report.embedded, report.reused = store.embedded, store.reused
+    return report
+
+
+def _files(paths: Sequence[str | Path], report: IngestReport) -> list[Path]:
+    """The files ``paths`` name, a folder's supported files in its place; a folder without any is a failure."""
+    from ragscale.data.documents import SUFFIXES, folder_documents
+
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -89,51 +110,59 @@ def ingest(
         else:
             report.failed[str(path)] = f"{path}: a folder without {', '.join(SUFFIXES)} files"
             log.error("%s", report.failed[str(path)])
-    for path in files:
-        source = document_source(path)
-        try:
-            digest = file_sha256(path) if path.is_file() else ""
-            previous = documents.get(source)
-            if previous and previous["sha256"] == digest and previous["options"] == options:
-                report.unchanged.append(str(path))
-                continue
-            kwargs = {"max_tokens": options["max_tokens"], "describer": describer, "ocr": ocr}
-            if count_tokens is not None:
-                kwargs["count_tokens"] = count_tokens
-            chunks = [c.to_dict() for c in load_document(path, **kwargs)]
-        except DocumentError as error:
-            report.failed[str(path)] = str(error)
-            log.error("%s", error)
-            continue
-        contexts = [""] * len(chunks)
-        if contextual:
-            before = len(store.contexts)
-            contexts = contextualize_chunks(
-                chunks,
-                model=model,
-                cache=store.contexts,
-                max_document_chars=max_document_chars,
-                threads=threads,
-                checkpoint=store.save_contexts,
-            )
-            report.contexts_written += len(store.contexts) - before
-            report.contexts_cached += len(chunks) - (len(store.contexts) - before)
-        for chunk, context in zip(chunks, contexts, strict=True):
-            chunk["context"] = context
-        (report.replaced if previous else report.added).append(str(path))
-        store.chunks = [c for c in store.chunks if c.get("source") != source] + chunks
-        documents[source] = {
-            "name": path.name,
-            "sha256": digest,
-            "options": options,
-            "chunks": [c["id"] for c in chunks],
-        }
-        store.save()  # durable per document: an interrupted ingestion keeps what finished
-        log.info("%s: %d chunks%s", path, len(chunks), " (contextual)" if contextual else "")
-    report.chunks = len(store.chunks)
-    if report.changed or not store.exists:
-        store.save()
-    if build_index and store.chunks and not store.index_is_current():
-        store.retriever()  # embeds what the index lacks (after a change, only the changed files' chunks)
-        report.embedded, report.reused = store.embedded, store.reused
-    return report
+    return files
+
+
+def _read_if_changed(
+    path: Path, documents: dict, options: dict, reading: dict, report: IngestReport
+) -> tuple[str, dict | None, list[dict]] | None:
+    """A file's digest, its entry in the manifest's ``documents`` and its chunks, read with ``reading``'s keywords;
+    None for a file whose bytes and options are those already ingested (reported unchanged) or that cannot be read
+    (reported failed)."""
+    from ragscale.data.documents import DocumentError, document_source, file_sha256, load_document
+
+    try:
+        digest = file_sha256(path) if path.is_file() else ""
+        previous = documents.get(document_source(path))
+        if previous and previous["sha256"] == digest and previous["options"] == options:
+            report.unchanged.append(str(path))
+            return None
+        return digest, previous, [c.to_dict() for c in load_document(path, **reading)]
+    except DocumentError as error:
+        report.failed[str(path)] = str(error)
+        log.error("%s", error)
+        return None
+
+
+def _contexts(
+    chunks: list[dict], store: Collection, report: IngestReport, model: str, max_document_chars: int, threads: int
+) -> list[str]:
+    """Each chunk's context, from the collection's cache or written by the LM; counted in ``report``."""
+    before = len(store.contexts)
+    contexts = contextualize_chunks(
+        chunks,
+        model=model,
+        cache=store.contexts,
+        max_document_chars=max_document_chars,
+        threads=threads,
+        checkpoint=store.save_contexts,
+    )
+    report.contexts_written += len(store.contexts) - before
+    report.contexts_cached += len(chunks) - (len(store.contexts) - before)
+    return contexts
+
+
+def _keep(store: Collection, documents: dict, path: Path, digest: str, options: dict, chunks: list[dict]) -> None:
+    """A document's chunks in place of its earlier ones, its manifest entry, and the collection saved: durable per
+    document, so an interrupted ingestion keeps what finished."""
+    from ragscale.data.documents import document_source
+
+    source = document_source(path)
+    store.chunks = [c for c in store.chunks if c.get("source") != source] + chunks
+    documents[source] = {
+        "name": path.name,
+        "sha256": digest,
+        "options": options,
+        "chunks": [c["id"] for c in chunks],
+    }
+    store.save()

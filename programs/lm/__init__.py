@@ -109,7 +109,7 @@ def load_lm(
     (``ragscale.process``): the model hub and the price map are not contacted.
     ``openai/<model>`` needs ``api_base`` (e.g. ``http://localhost:8000/v1``) and accepts ``context_window=N``.
     ``weights`` is :func:`~ragscale.programs.lm.models.load_model`'s: the layout of the linear layers on CPU
-    (``WEIGHTS``). ``decode`` is how a local model's decode steps run (``step.DECODE_WAYS``; default
+    (``WEIGHTS``). ``decode`` is how a local model's decode steps run (``decoder.DECODE_WAYS``; default
     ``engine.decode_way()``). Other keyword arguments become default request parameters of the LM.
     """
     go_offline()

@@ -93,7 +93,7 @@ class Batcher:
 
     ``tok_lock`` guards ``tokenizer``, which the engine's callers share (a lock of its own if none is given);
     ``prefixes`` is the prefix cache (none: every prompt is computed whole); ``decode`` the way a decode step runs
-    (``step.DECODE_WAYS``).
+    (``decoder.DECODE_WAYS``).
     """
 
     def __init__(
@@ -107,7 +107,7 @@ class Batcher:
         decode: str = "auto",
         chunk_tokens: int = CHUNK_TOKENS,
     ) -> None:
-        from ragscale.programs.lm.step import Decoder
+        from ragscale.programs.lm.decoder import Decoder
 
         self.model, self.tokenizer = model, tokenizer
         self.decoder, self.chunk_tokens = Decoder(model, decode), chunk_tokens
@@ -210,7 +210,7 @@ class Batcher:
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> Any:
         """The model's logits for the last ``keep`` of ``ids`` (0: all), writing their keys/values to ``cache``."""
-        from ragscale.programs.lm.step import model_logits
+        from ragscale.programs.lm.decoder import model_logits
 
         return model_logits(self.model, ids, mask, positions, cache, keep)
 

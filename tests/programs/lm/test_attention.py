@@ -55,8 +55,8 @@ def small_qwen():
 
 def prefill(model, ids: list[int], prefix: int, chunk: int) -> torch.Tensor:
     """Every position's logits, prefilled as the engine does: after a cached prefix, then in chunks."""
+    from ragscale.programs.lm.decoder import model_logits
     from ragscale.programs.lm.kv import buffer_cache
-    from ragscale.programs.lm.step import model_logits
 
     cache, outs = buffer_cache(model, 1, len(ids)), []
     with torch.inference_mode():

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from ragscale.programs.lm.decoder import Decoder, pick_way
 from ragscale.programs.lm.models import load_model
-from ragscale.programs.lm.step import Decoder, DecodeStep, Fused, pick_way, supports
+from ragscale.programs.lm.step import DecodeStep, Fused, supports
 
 pytestmark = pytest.mark.slow
 
@@ -104,9 +105,9 @@ def test_the_compiled_step_gives_the_static_steps_tokens(monkeypatch):
     """Compiled with freezing (int8 weights as constants, inductor's own int8 kernel): the same greedy tokens and
     logits within bfloat16's rounding, at one row and at three, both padded to the one bucket compiled (each bucket
     is a compile of its own, the slowest part of this test; the engine's worker compiles 1, 2 and 4 rows alike)."""
-    import ragscale.programs.lm.step as step
+    from ragscale.programs.lm import decoder as ways
 
-    monkeypatch.setattr(step, "memory", lambda: (2**40, 2**40))  # room for every bucket, whatever else runs here
+    monkeypatch.setattr(ways, "memory", lambda: (2**40, 2**40))  # room for every bucket, whatever else runs here
     model, _ = load_model("smollm2-135m", weights="int8")
     static, compiled = Decoder(model, "static"), Decoder(model, "compiled")
     compiled.wanted = [4]
@@ -140,13 +141,13 @@ def test_a_bucket_whose_warm_up_fails_is_left_to_transformers_forward_and_not_tr
 def test_buckets_are_compiled_only_while_the_weights_copy_leaves_memory_free(monkeypatch, caplog):
     """Each bucket's graph holds a copy of the step's weights: with no room for one, no bucket is compiled, the
     reason is logged, and every step (no graph compiled at run time either) is transformers' forward."""
-    import ragscale.programs.lm.step as step
+    from ragscale.programs.lm import decoder as ways
 
     model, _ = load_model("smollm2-135m", weights="int8")
     decoder = Decoder(model, "compiled")
     copy = decoder.step.weight_bytes()
     assert copy >= sum(layer.qweight.numel() for layer in decoder.step.modules() if isinstance(layer, Fused))
-    monkeypatch.setattr(step, "memory", lambda: (copy + 2**30, 8 * 2**30))  # a copy would leave 1 of 8 GB
+    monkeypatch.setattr(ways, "memory", lambda: (copy + 2**30, 8 * 2**30))  # a copy would leave 1 of 8 GB
     decoder.prepare()
     assert decoder.buckets == [] and decoder.max_rows == 0
     assert "not compiled for 1 or more rows" in caplog.text
@@ -157,7 +158,7 @@ def test_buckets_are_compiled_only_while_the_weights_copy_leaves_memory_free(mon
     assert not decoder.prepared
     caplog.clear()
     room = iter([(copy + 8 * 2**30, 16 * 2**30)])  # another model released: room for one more copy, then none
-    monkeypatch.setattr(step, "memory", lambda: next(room, (copy + 2**30, 8 * 2**30)))
+    monkeypatch.setattr(ways, "memory", lambda: next(room, (copy + 2**30, 8 * 2**30)))
     decoder.prepare()  # what the engine's worker does whenever it goes from idle to busy
     assert decoder.buckets == [1] and decoder.max_rows == 1 and not decoder.prepared
     assert "not compiled for 2 or more rows" in caplog.text

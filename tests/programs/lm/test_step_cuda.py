@@ -6,7 +6,7 @@ A small Qwen2 with random weights, built from a config on the GPU (no weights tr
 import pytest
 import torch
 
-from ragscale.programs.lm.step import Decoder, pick_way
+from ragscale.programs.lm.decoder import Decoder, pick_way
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
