@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     prepare_process()
     from ragscale.experiments.compare import paired_bootstrap
     from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.parts import load_lm_for
     from ragscale.experiments.published import made_here
-    from ragscale.experiments.runner import load_lm_for, run_experiment
+    from ragscale.experiments.runner import run_experiment
     from ragscale.experiments.sweep.ledger import run_records
 
     made_by = made_here()

@@ -135,7 +135,7 @@ class Cells:
         )
 
     def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None, decode: str | None = None):
-        from ragscale.experiments.runner import load_named_lm
+        from ragscale.experiments.parts import load_named_lm
 
         key = (name, max_tokens, api_base, decode)
         if key not in self._lms:
@@ -149,7 +149,8 @@ class Cells:
         if summary is not None:
             return summary
         from ragscale.experiments.oracle import OracleRetriever
-        from ragscale.experiments.runner import TEACHER_DECODE, build_retriever_for, load_examples, run_experiment
+        from ragscale.experiments.parts import TEACHER_DECODE, build_retriever_for, load_examples
+        from ragscale.experiments.runner import run_experiment
 
         config = self.config_of(dataset, row, optimizer)
         oracle, taught = row in ORACLES, config.teacher is not None

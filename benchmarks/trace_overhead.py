@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
 
     prepare_process()
     from ragscale.experiments.config import RunConfig
+    from ragscale.experiments.parts import load_lm_for
     from ragscale.experiments.published import made_here
-    from ragscale.experiments.runner import load_lm_for, run_experiment
+    from ragscale.experiments.runner import run_experiment
 
     made_by = made_here()  # the code and machine of this run, whatever is committed while it runs
     seconds: dict[bool, list[float]] = {False: [], True: []}

@@ -37,7 +37,6 @@ KEPT_WHOLE = {
     "programs/lm/batch.py": "every part works on one batch and shares its state (KV cache, prefix cache, counters)",
     "programs/lm/step.py": "the decode step, its fused weights and the engine's choice of how to run it",
     "programs/lm/adapter.py": "the prompt the adapter writes and the calls it makes (coerce.py reads the replies)",
-    "experiments/runner.py": "one run, from its inputs to its MLflow record",
     "experiments/compare.py": "the comparison of tracked runs, from reading them back to the printed table",
     "experiments/sweep/run.py": "a sweep's run, from its set-up to its stored results",
     "experiments/sweep/estimate.py": "a grid point's estimate, from its program's paths to their calibration",

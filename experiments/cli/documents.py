@@ -56,7 +56,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     from ragscale.data.documents import VLMDescriber
     from ragscale.experiments.collection import ingest
-    from ragscale.experiments.runner import load_named_lm
+    from ragscale.experiments.parts import load_named_lm
     from ragscale.programs.lm import make_adapter
 
     if bool(args.vlm_url) != bool(args.vlm_model):
@@ -142,7 +142,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     import dspy
 
     from ragscale.experiments.collection import Collection, ask
-    from ragscale.experiments.runner import load_named_lm
+    from ragscale.experiments.parts import load_named_lm
     from ragscale.programs.lm import make_adapter
 
     if not Collection(args.collection, args.runs_dir).exists:

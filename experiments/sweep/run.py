@@ -45,16 +45,16 @@ from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.inputs import corpus_for
-from ragscale.experiments.runner import (
+from ragscale.experiments.parts import (
     build_program_for,
     build_retriever_for,
     compile_for,
     load_examples,
     load_lm_for,
     load_teacher_for,
-    run_experiment,
     teaches_itself,
 )
+from ragscale.experiments.runner import run_experiment
 from ragscale.experiments.signals import Stopped, interrupted
 from ragscale.experiments.sweep import allocation, scores
 from ragscale.experiments.sweep.carry import carried, program_digest

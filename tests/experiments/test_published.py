@@ -12,8 +12,9 @@ from doubles import SCRIPT, scripted_lm
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.oracle import OracleRetriever
+from ragscale.experiments.parts import load_examples
 from ragscale.experiments.published import KEPT, MANIFEST, load, publish, table
-from ragscale.experiments.runner import load_examples, run_experiment
+from ragscale.experiments.runner import run_experiment
 
 
 def test_published_records_give_back_the_summary_and_the_table_pairs_them_against_the_baseline(tmp_path, data_dir):

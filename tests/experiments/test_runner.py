@@ -12,7 +12,8 @@ from ragscale.experiments import tracking
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, SUMMARY_KEYS
 from ragscale.experiments.provenance import PREFIX
-from ragscale.experiments.runner import corpus_params, run_experiment
+from ragscale.experiments.record import corpus_params
+from ragscale.experiments.runner import run_experiment
 from ragscale.programs import PROGRAMS
 
 
@@ -234,7 +235,7 @@ def test_the_runner_compiles_crag_with_label_trained_graders(data_dir):
     from dspy.utils import DummyLM
 
     from ragscale.data import load_split
-    from ragscale.experiments.runner import compile_for
+    from ragscale.experiments.parts import compile_for
     from ragscale.programs import CRAG
 
     config = RunConfig(method="crag", dataset="hotpotqa", optimizer="labeled", shots=2)
@@ -245,7 +246,7 @@ def test_the_runner_compiles_crag_with_label_trained_graders(data_dir):
 
 
 def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, data_dir, monkeypatch):
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
     loaded = []
 
@@ -253,23 +254,23 @@ def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, da
         loaded.append((name, settings["api_base"], settings["decode"]))
         raise RuntimeError("stop after loading")
 
-    monkeypatch.setattr(runner, "load_named_lm", load)
+    monkeypatch.setattr(parts, "load_named_lm", load)
     cfg = config(
         tmp_path, data_dir, optimizer="bootstrap", teacher="openai/teacher", teacher_api_base="http://teacher:8000/v1"
     )
     with pytest.raises(RuntimeError, match="stop after loading"):
         run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
-    assert loaded == [("openai/teacher", "http://teacher:8000/v1", runner.TEACHER_DECODE)]
+    assert loaded == [("openai/teacher", "http://teacher:8000/v1", parts.TEACHER_DECODE)]
 
 
 def test_a_teacher_loaded_for_compiling_is_released_before_the_evaluation_and_a_given_one_is_not(
     tmp_path, data_dir, monkeypatch
 ):
     import ragscale.programs.lm as lms
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
     teacher, student, released = scripted_lm(SCRIPT), scripted_lm(SCRIPT), []
-    monkeypatch.setattr(runner, "load_named_lm", lambda name, **settings: teacher)
+    monkeypatch.setattr(parts, "load_named_lm", lambda name, **settings: teacher)
     monkeypatch.setattr(lms, "release_lm", lambda lm: released.append((lm, len(lm.history), len(student.history))))
     cfg = config(tmp_path, data_dir, optimizer="bootstrap", teacher="smollm2-135m", shots=1)
     run_experiment(cfg, lm=student, progress=False)
@@ -286,10 +287,10 @@ def test_a_reader_that_teaches_itself_writes_the_traces_on_its_own_lm_not_a_seco
     tmp_path, data_dir, monkeypatch
 ):
     import ragscale.programs.lm as lms
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
     loaded, released, reader = [], [], scripted_lm(SCRIPT)
-    monkeypatch.setattr(runner, "load_named_lm", lambda name, **settings: loaded.append(name) or scripted_lm(SCRIPT))
+    monkeypatch.setattr(parts, "load_named_lm", lambda name, **settings: loaded.append(name) or scripted_lm(SCRIPT))
     monkeypatch.setattr(lms, "release_lm", released.append)
     cfg = config(tmp_path, data_dir, optimizer="bootstrap", lm="smollm2-135m", teacher="smollm2-135m", shots=1)
     run_experiment(cfg, lm=reader, progress=False)
@@ -300,7 +301,7 @@ def test_a_reader_that_teaches_itself_writes_the_traces_on_its_own_lm_not_a_seco
 
 
 def test_a_local_teacher_decodes_without_compiled_graphs_and_a_server_takes_no_decode_way():
-    from ragscale.experiments.runner import TEACHER_DECODE, load_named_lm
+    from ragscale.experiments.parts import TEACHER_DECODE, load_named_lm
 
     teacher = load_named_lm("smollm2-135m", cache=False, decode=TEACHER_DECODE)
     assert teacher.engine.batcher.decoder.way == "hf" and teacher.engine is not load_named_lm("smollm2-135m").engine
