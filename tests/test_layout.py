@@ -38,7 +38,6 @@ KEPT_WHOLE = {
     "programs/lm/step.py": "the decode step, its fused weights and the engine's choice of how to run it",
     "programs/lm/adapter.py": "the prompt the adapter writes and the calls it makes (coerce.py reads the replies)",
     "experiments/compare.py": "the comparison of tracked runs, from reading them back to the printed table",
-    "experiments/sweep/run.py": "a sweep's run, from its set-up to its stored results",
     "experiments/sweep/estimate.py": "a grid point's estimate, from its program's paths to their calibration",
     "experiments/sweep/claims.py": "the paper's claims, each with the comparisons that decide it and its verdict rule",
     "experiments/evaluate.py": "a run's questions answered and scored, and the summary their records give",

@@ -161,7 +161,9 @@ def _grid_and_base(args) -> tuple[Grid, RunConfig]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ragscale.experiments.sweep.run import plan_only, run_sweep, shared_api_base
+    from ragscale.experiments.sweep.replicas import shared_api_base
+    from ragscale.experiments.sweep.run import plan_only, run_sweep
+    from ragscale.experiments.sweep.sitting import SweepOptions
 
     if args.parallel_runs < 1:
         raise ConfigError(f"--parallel-runs {args.parallel_runs}: must be at least 1 (configurations run at once)")
@@ -189,21 +191,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             manifest_of(args.adopt)  # a published sweep's, read before any model loads
         except ConfigError as exc:
             raise ConfigError(f"--adopt: {exc}") from exc
-    if args.plan_only:
-        plan_only(grid, base, docs_per_demo=args.docs_per_demo, teacher=args.teacher, report=print)
-        return 0
-    start = time.perf_counter()
-    result = run_sweep(
-        grid,
-        base,
+    options = SweepOptions(
         docs_per_demo=args.docs_per_demo,
         teacher=args.teacher,
         parallel_runs=args.parallel_runs,
         stop_after=None if args.stop_after is None else 60 * args.stop_after,
         adopt_from=args.adopt,
         progress=args.progress,
-        report=print,
     )
+    if args.plan_only:
+        plan_only(grid, base, options, report=print)
+        return 0
+    start = time.perf_counter()
+    result = run_sweep(grid, base, options, report=print)
     print(
         f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done, over budget or window), "
         f"{len(result.failed)} failed, {len(result.stopped)} left at the time limit in "
@@ -240,8 +240,8 @@ def add_allocate(subparsers) -> None:
 
 def cmd_allocate(args: argparse.Namespace) -> int:
     from ragscale.data.corpora import corpus_name
+    from ragscale.experiments.sweep.allocation import allocate
     from ragscale.experiments.sweep.ledger import sweep_dir_for
-    from ragscale.experiments.sweep.run import allocate
 
     corpus = corpus_name(args.corpus) if args.corpus is not None else None
     sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm, corpus)
