@@ -148,6 +148,7 @@ class Cells:
         summary = self.done(dataset, row, optimizer)
         if summary is not None:
             return summary
+        from ragscale.experiments.inputs import corpus_for
         from ragscale.experiments.oracle import OracleRetriever
         from ragscale.experiments.parts import TEACHER_DECODE, build_retriever_for, load_examples
         from ragscale.experiments.runner import run_experiment
@@ -157,10 +158,13 @@ class Cells:
         teacher = None  # the run loads the teacher and releases it once compiled, for the student's decode graphs
         if taught and optimizer == "gepa":  # GEPA's teacher reflects: room for a rewritten instruction
             teacher = self._lm(self.teacher_name, 1024, decode=TEACHER_DECODE)
-        retriever = None
+        retriever, corpus = None, None  # the corpus an oracle's distractors come from names the run's key
         if oracle:
             train, evalset = load_examples(config)
-            distractors = build_retriever_for(config, train, evalset) if row == "oracle-distractors" else None
+            distractors = None
+            if row == "oracle-distractors":
+                corpus = corpus_for(config, train, evalset)
+                distractors = build_retriever_for(config, train, evalset, corpus=corpus)
             retriever = OracleRetriever(evalset, gold_only=row != "oracle-all", distractors=distractors)
         start = time.perf_counter()
         summary = run_experiment(
@@ -168,6 +172,7 @@ class Cells:
             lm=self._lm(self.lm_name, api_base=self.api_base),
             teacher_lm=teacher,
             retriever=retriever,
+            corpus=corpus,
             progress=False,
             check_context=True,  # a cell whose prompts cannot fit fails before it runs
         )

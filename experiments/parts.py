@@ -87,11 +87,11 @@ def load_examples(config: RunConfig, given: tuple[Sequence, Sequence] | None = N
 
 
 def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence, *, corpus=None, progress=False):
-    """The config's retriever over its corpus (``corpus``, else ``corpus_for``), whose ``corpus`` attribute says
-    which (``Corpus.describe()``). Its indexes live under ``<runs_dir>/indexes``, named by the corpus's digest, so
-    every run, dataset and sweep that searches one corpus shares them. Runs on one runs directory build their
-    indexes one at a time, so two runs over the same corpus embed it once (the second finds it built) and never
-    write one chromadb store together. ``progress`` draws a bar while an index is built."""
+    """The config's retriever over its corpus (``corpus``, the one its caller loaded, else ``corpus_for``); a caller
+    that hands the retriever on hands on the corpus with it. Its indexes live under ``<runs_dir>/indexes``, named by
+    the corpus's digest, so every run, dataset and sweep that searches one corpus shares them. Runs on one runs
+    directory build their indexes one at a time, so two runs over the same corpus embed it once (the second finds it
+    built) and never write one chromadb store together. ``progress`` draws a bar while an index is built."""
     from ragscale.programs.retrieval import build_retriever
 
     if corpus is None:
@@ -104,7 +104,6 @@ def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence, *
             corpus.passages, kind=config.retriever, index_dir=index_dir, chroma_url=config.chroma_url,
             key=corpus.key, progress=progress,
         )  # fmt: skip
-    retriever.corpus = corpus.describe()
     return retriever
 
 

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ragscale.experiments import resume, tracking
 from ragscale.experiments.config import RunConfig
@@ -16,6 +16,9 @@ from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, write_
 from ragscale.experiments.files import exclusive, slug, write_json
 from ragscale.experiments.model import MODEL
 from ragscale.experiments.signals import interrupted
+
+if TYPE_CHECKING:
+    from ragscale.data.corpora import CorpusIdentity
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +38,12 @@ EVALUATION_TABLE = "eval_results_table.json"
 """The per-question records as an MLflow table: the UI's evaluation view compares two runs question by question."""
 
 
-def corpus_params(corpus) -> dict[str, str]:
+def corpus_params(corpus: CorpusIdentity | None) -> dict[str, str]:
     """The MLflow params that name a run's corpus beside ``corpus`` (the name it was asked by): its passages and
     its sha256; none for a run that retrieves nothing."""
-    if not corpus:
+    if corpus is None:
         return {}
-    return {"corpus_passages": str(corpus["passages"]), "corpus_sha256": corpus["sha256"]}
+    return {"corpus_passages": str(corpus.passages), "corpus_sha256": corpus.sha256}
 
 
 def oracle_params(retriever) -> dict[str, str]:

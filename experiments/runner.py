@@ -26,6 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ def run_experiment(
     *,
     lm=None,
     retriever=None,
+    corpus=None,
     examples: tuple[Sequence, Sequence] | None = None,
     parent_run_id: str | None = None,
     progress: bool = True,
@@ -71,6 +73,7 @@ def run_experiment(
 
     Overrides, for tests and for the sweep that reuses loaded pieces across configurations: ``lm`` (any dspy LM,
     e.g. DummyLM, instead of ``load_lm(config.lm)``), ``retriever`` (instead of building one from the corpus),
+    ``corpus`` (the corpus it searches, loaded: ``check_inputs``'; with ``retriever``, the one that retriever searches),
     ``examples`` ((train, eval) instead of reading the files; limits still apply) and ``parent_run_id`` (the MLflow
     run of a sweep, making this a child run). ``check_context`` (default: only for an LM loaded here) checks,
     before and after compiling, that the longest prompt fits the LM's context window (``fits_context``).
@@ -91,10 +94,9 @@ def run_experiment(
         raise ConfigError(f"max_failed must be a fraction between 0 and 1, got {max_failed}")
     start = time.perf_counter()
     check_context = lm is None if check_context is None else check_context
-    train, evalset, lm, adapter, corpus = _inputs(config, lm, retriever, examples, check_context)
+    train, evalset, lm, adapter, index, searched = _inputs(config, lm, (retriever, corpus), examples, check_context)
     load_s = time.perf_counter() - start
 
-    searched = corpus.describe() if corpus is not None else getattr(retriever, "corpus", None)
     key = config_key(config, data_fingerprint(train, evalset), program=compiled, retriever=retriever, corpus=searched)
     run_id, lock, resumed = _open(config, key, searched, retriever, parent_run_id=parent_run_id, fresh=fresh)
     work = config.runs_dir / "work" / run_id
@@ -104,8 +106,8 @@ def run_experiment(
             tracking.log_data_files(config.runs_dir, run_id, data_files(config))
         done = _answered(run_id, work, resumed, carried, len(evalset))
         index_start = time.perf_counter()
-        if corpus is not None:
-            retriever = parts.build_retriever_for(config, train, evalset, corpus=corpus, progress=progress)
+        if index is not None:
+            retriever = parts.build_retriever_for(config, train, evalset, corpus=index, progress=progress)
         timings = {"load_s": load_s, "index_s": time.perf_counter() - index_start}
 
         with dspy.context(lm=lm, adapter=adapter):
@@ -113,13 +115,13 @@ def run_experiment(
             program, cost = _compiled(config, program, train, (lm, adapter), work, compiled=compiled,
                                       teacher_lm=teacher_lm, resumed=resumed)  # fmt: skip
             if check_context:
-                fits_context(program, lm, adapter, [*train, *evalset], passages=getattr(corpus, "passages", None))
+                fits_context(program, lm, adapter, [*train, *evalset], passages=getattr(index, "passages", None))
             records, eval_s = _ask(config, program, evalset, work, done=done, progress=progress)
 
         summary = summarize(records, config, eval_s=eval_s, wall_s=time.perf_counter() - start, run_id=run_id,
                             compile_s=cost["compile_s"], compile_usage=cost, weights_bytes=parts.local_weight_bytes(lm),
-                            resumed=len(done), corpus=searched)  # fmt: skip
-        _conclude(config, run_id, (work, records), summary, (program, corpus), max_failed, timings=timings)
+                            resumed=len(done), corpus=searched and asdict(searched))  # fmt: skip
+        _conclude(config, run_id, (work, records), summary, (program, index), max_failed, timings=timings)
     except BaseException as exc:
         record.keep_partial(config, run_id, work, exc)  # the predictions so far, the run marked failed (or killed)
         raise
@@ -136,11 +138,13 @@ def _open(config: RunConfig, key: str, searched, retriever, *, parent_run_id: st
     return record.open_run(config, key, params=names, tags=tags, parent_run_id=parent_run_id, fresh=fresh)
 
 
-def _inputs(config: RunConfig, lm, retriever, examples, check_context: bool) -> tuple:
-    """(train, eval, lm, adapter, corpus), Python's random seeded first: the run's examples (``load_examples``),
-    ``lm`` or the config's loaded, its adapter, and the corpus it searches (read now: the run's key names it; None
-    for a run given a retriever or one that retrieves nothing). With ``check_context``, the demo-less prompt must
-    fit the LM's window already, before anything is indexed or a run opened."""
+def _inputs(config: RunConfig, lm, given: tuple, examples, check_context: bool) -> tuple:
+    """(train, eval, lm, adapter, index, searched), Python's random seeded first: the run's examples
+    (``load_examples``), ``lm`` or the config's loaded, its adapter, the corpus its retriever is built over
+    (``given``: (retriever, corpus); the given corpus, else read now: the run's key names it; None for a run given a
+    retriever or one that retrieves nothing) and the ``CorpusIdentity`` of what it searches (given a retriever, the
+    given corpus's). With ``check_context``, the demo-less prompt must fit the LM's window already, before anything
+    is indexed or a run opened."""
     import dspy
 
     from ragscale.optimizers.context import fits_context
@@ -154,14 +158,16 @@ def _inputs(config: RunConfig, lm, retriever, examples, check_context: bool) -> 
         raise ConfigError(f"no evaluation questions in {config.eval_path}")
     if lm is None:
         lm = parts.load_lm_for(config)
-    corpus = None
+    retriever, corpus = given
+    index = None
     if retriever is None and method_named(config.method).retrieves:
-        corpus = corpus_for(config, train, evalset)
+        index = corpus if corpus is not None else corpus_for(config, train, evalset)
     if check_context:
         with dspy.context(lm=lm, adapter=adapter):
             fits_context(parts.build_program_for(config, None), lm, adapter, [*train, *evalset],
-                         passages=getattr(corpus, "passages", None))  # fmt: skip
-    return train, evalset, lm, adapter, corpus
+                         passages=getattr(index, "passages", None))  # fmt: skip
+    named = index if retriever is None else corpus
+    return train, evalset, lm, adapter, index, named.identity if named is not None else None
 
 
 def _conclude(

@@ -55,12 +55,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = RunConfig.from_toml(args.config, **values)
     else:
         config = RunConfig.from_mapping(values, source="command line")
-    check_inputs(config)
+    corpus = check_inputs(config)  # read to check it, and searched as it was read
     json_path = getattr(args, "json_path", None)
     if json_path is not None:
         check_output_file(json_path, "--json")
     summary = run_experiment(
         config,
+        corpus=corpus,
         progress=getattr(args, "progress", True),
         fresh=getattr(args, "fresh", False),
         max_failed=getattr(args, "max_failed", MAX_FAILED),

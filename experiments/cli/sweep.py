@@ -131,6 +131,7 @@ def _grid_and_base(args) -> tuple[Grid, RunConfig]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ragscale.experiments.sweep.replicas import shared_api_base
     from ragscale.experiments.sweep.run import plan_only, run_sweep
+    from ragscale.experiments.sweep.setup import Loaded
     from ragscale.experiments.sweep.sitting import SweepOptions
 
     if args.parallel_runs < 1:
@@ -139,7 +140,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     base = shared_api_base(base)  # several servers need an openai/<model> --lm: said before any is tried
     # the corpus must hold the grid's largest k, unless no method of the sweep retrieves
     retrieves = [method for method in grid.methods if method_named(method).retrieves]
-    check_inputs(replace(base, method=(retrieves or grid.methods)[0], docs=max(grid.docs)))
+    corpus = check_inputs(replace(base, method=(retrieves or grid.methods)[0], docs=max(grid.docs)))
     if args.teacher is not None:
         taught = [p for p in grid_points(grid) if point_config(base, p, teacher=args.teacher).teacher is not None]
         if not taught:
@@ -168,10 +169,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         progress=args.progress,
     )
     if args.plan_only:
-        plan_only(grid, base, options, report=print)
+        plan_only(grid, base, options, Loaded(corpus=corpus), report=print)
         return 0
     start = time.perf_counter()
-    result = run_sweep(grid, base, options, report=print)
+    result = run_sweep(grid, base, options, Loaded(corpus=corpus), report=print)
     print(
         f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done, over budget or window), "
         f"{len(result.failed)} failed, {len(result.stopped)} left at the time limit in "

@@ -44,20 +44,21 @@ def oracle_rows(
     widest, fingerprint = max(grid.docs, default=0), data_fingerprint(got.train, got.evalset)
     for distractors in (None, got.retriever) if got.retriever is not None and widest else (None,):
         retriever = OracleRetriever(got.evalset, gold_only=True, distractors=distractors)
+        searched = got.corpus if distractors is not None else None  # the distractors' corpus names the run's key
         name = retriever.identity
         config = replace(
             base, method="rag", docs=ORACLE_K if distractors is None else widest, shots=0, optimizer="none",
             run_name=f"{got.sweep_dir.name}-{name}",
         )  # fmt: skip
-        key = config_key(config, fingerprint, retriever=retriever)
+        key = config_key(config, fingerprint, retriever=retriever, corpus=searched.identity if searched else None)
         found = got.ledger.get(key) or got.tracked.get(key)
         if found is None:
             given = "the gold paragraphs" if distractors is None else f"the gold paragraphs among {widest} passages"
             report(f"[oracle] {name}: the RAG program given {given}")
             try:
                 summary = run_experiment(
-                    config, lm=got.lm, retriever=retriever, examples=(got.train, got.evalset), parent_run_id=parent,
-                    progress=progress, check_context=True,
+                    config, lm=got.lm, retriever=retriever, corpus=searched, examples=(got.train, got.evalset),
+                    parent_run_id=parent, progress=progress, check_context=True,
                 )  # fmt: skip
             except Stopped as exc:  # the time limit, or the sweep stopped: the caller counts it stopped
                 report(f"  ended, {exc}")

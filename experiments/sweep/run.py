@@ -210,9 +210,10 @@ class _Runs:
                     s.report(f"{name}: carries {len(carry)} of {len(s.got.evalset)} questions from {source.label}, "
                              f"whose loop stopped before its cap of {source.iterations}")  # fmt: skip
             summary = run_experiment(
-                config, lm=replica, retriever=s.got.retriever, examples=(s.got.train, s.got.evalset),
-                parent_run_id=s.parent, progress=s.options.progress and s.options.parallel_runs == 1,
-                check_context=True, compiled=program, carried=carry,
+                config, lm=replica, retriever=s.got.retriever, corpus=s.got.corpus,
+                examples=(s.got.train, s.got.evalset), parent_run_id=s.parent,
+                progress=s.options.progress and s.options.parallel_runs == 1, check_context=True, compiled=program,
+                carried=carry,
             )  # fmt: skip
         except ContextWindowError as exc:
             with s.shared:
@@ -271,20 +272,19 @@ def _oracle(sitting: Sitting) -> list[Row]:
 
 
 def plan_only(
-    grid: Grid, base: RunConfig, options: SweepOptions | None = None, *, lm=None,
+    grid: Grid, base: RunConfig, options: SweepOptions | None = None, loaded: Loaded | None = None, *,
     report: Callable[[str], None] = log.info,
 ) -> list[PlannedPoint]:  # fmt: skip
     """The plan alone: loads the LM (of several servers, the first one's) for its tokenizer and, without earlier
-    runs, two tiny timed calls, and the data; builds no persistent index (``load_setup(index=False)``), compiles
-    nothing, opens no MLflow run."""
+    runs, two tiny timed calls, and the data, but what ``loaded`` gives; builds no persistent index
+    (``load_setup(index=False)``), compiles nothing, opens no MLflow run."""
     start = time.perf_counter()
-    options = options or SweepOptions()
+    options, loaded = options or SweepOptions(), loaded or Loaded()
     base = shared_api_base(base)
-    if lm is None:
-        lm = load_replicas(base)[0]  # a server LM is built without a request
+    lm = loaded.lm if loaded.lm is not None else load_replicas(base)[0]  # a server LM is built without a request
     load_s = time.perf_counter() - start
     sweep_dir = sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
-    got = load_setup(grid, base, sweep_dir, Loaded(lm=lm), index=False)
+    got = load_setup(grid, base, sweep_dir, replace(loaded, lm=lm), index=False)
     planner = Planner.for_run(base, lm, got.train, got.evalset, retriever=got.retriever, speed=got.speed)
     planned = plan(
         grid, base, lm=lm, train=got.train, evalset=got.evalset, ledger=got.ledger, speed=got.speed,

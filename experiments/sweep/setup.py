@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.inputs import corpus_for
@@ -16,29 +16,36 @@ from ragscale.experiments.sweep.ledger import load_ledger, mlflow_rows
 from ragscale.experiments.sweep.speed import Speed, measure_speed, speed_from_runs
 from ragscale.programs import method_named
 
+if TYPE_CHECKING:
+    from ragscale.data.corpora import Corpus
+
 
 @dataclass(frozen=True)
 class Loaded:
     """What a caller has loaded already, which the sweep would otherwise load (tests, benchmarks): ``lm`` (an LM, or
     a list of them, one per replica; default: one per URL of ``base.api_base``, ``replicas.load_replicas``),
-    ``retriever`` (instead of one built over the config's corpus), ``examples`` ((train, eval) instead of reading
-    the files; limits still apply) and ``speed`` (instead of one read from earlier runs or measured)."""
+    ``retriever`` (instead of one built over the config's corpus), ``corpus`` (the corpus the retriever is built
+    over, instead of reading it: ``check_inputs``'), ``examples`` ((train, eval) instead of reading the files; limits
+    still apply) and ``speed`` (instead of one read from earlier runs or measured)."""
 
     lm: Any = None
     retriever: Any = None
+    corpus: Corpus | None = None
     examples: tuple[Sequence, Sequence] | None = None
     speed: Speed | None = None
 
 
 @dataclass
 class Setup:
-    """What planning and running share (see the module docstring), and the sweep's folder."""
+    """What planning and running share (see the module docstring), the corpus the retriever searches (each run is
+    handed it with the retriever), and the sweep's folder."""
 
     sweep_dir: Path
     lm: Any
     train: list
     evalset: list
     retriever: Any
+    corpus: Corpus | None
     ledger: dict[str, dict]
     tracked: dict[str, dict]
     speed: Speed
@@ -52,16 +59,16 @@ def load_setup(
     alone) an in-memory BM25 over the same corpus stands in, which builds in seconds."""
     lm = loaded.lm if loaded.lm is not None else load_lm_for(base)
     train, evalset = load_examples(base, loaded.examples)
-    retriever = loaded.retriever
+    retriever, corpus = loaded.retriever, loaded.corpus
     if retriever is None and any(method_named(m).retrieves for m in grid.methods):
+        if corpus is None:
+            corpus = corpus_for(base, train, evalset)
         if index:
-            retriever = build_retriever_for(base, train, evalset, progress=progress)
+            retriever = build_retriever_for(base, train, evalset, corpus=corpus, progress=progress)
         else:
             from ragscale.programs.retrieval import BM25Retriever
 
-            corpus = corpus_for(base, train, evalset)
             retriever = BM25Retriever(corpus.passages, key=corpus.key)
-            retriever.corpus = corpus.describe()
     ledger = load_ledger(sweep_dir)
     tracked = mlflow_rows(base.runs_dir)
     speed = loaded.speed
@@ -71,4 +78,4 @@ def load_setup(
         speed = measure_speed(
             lm, next((p["text"] for ex in evalset for p in (getattr(ex, "paragraphs", None) or [])), "")
         )
-    return Setup(sweep_dir, lm, train, evalset, retriever, ledger, tracked, speed)
+    return Setup(sweep_dir, lm, train, evalset, retriever, corpus, ledger, tracked, speed)

@@ -8,6 +8,7 @@ import dspy
 import pytest
 from doubles import SCRIPT, scripted_lm
 
+from ragscale.data.corpora import CorpusIdentity
 from ragscale.experiments import tracking
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, SUMMARY_KEYS
@@ -48,7 +49,7 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     assert run.info.status == "FINISHED"
     params = dict(run.data.params)
     assert "local/scripted" in params.pop("lm_params")  # DSPy's compile logging (autolog) says the LM compiled with
-    assert params == {**cfg.to_params(), **corpus_params(summary["corpus"])}
+    assert params == {**cfg.to_params(), **corpus_params(CorpusIdentity(**summary["corpus"]))}
     assert run.data.params["corpus_sha256"] == summary["corpus"]["sha256"] == run.data.tags[PREFIX + "corpus_sha256"]
     assert run.data.params["method"] == "drag" and run.data.params["shots"] == "2"
     for metric in (
