@@ -136,7 +136,7 @@ class Cells:
         )
 
     def _lm(self, name: str, max_tokens: int | None = None, api_base: str | None = None, decode: str | None = None):
-        from ragscale.experiments.runner import load_named_lm
+        from ragscale.experiments.parts import load_named_lm
 
         key = (name, max_tokens, api_base, decode)
         if key not in self._lms:
@@ -149,18 +149,23 @@ class Cells:
         summary = self.done(dataset, row, optimizer)
         if summary is not None:
             return summary
+        from ragscale.experiments.inputs import corpus_for
         from ragscale.experiments.oracle import OracleRetriever
-        from ragscale.experiments.runner import TEACHER_DECODE, build_retriever_for, load_examples, run_experiment
+        from ragscale.experiments.parts import TEACHER_DECODE, build_retriever_for, load_examples
+        from ragscale.experiments.runner import run_experiment
 
         config = self.config_of(dataset, row, optimizer)
         oracle, taught = row in ORACLES, config.teacher is not None
         teacher = None  # the run loads the teacher and releases it once compiled, for the student's decode graphs
         if taught and optimizer == "gepa":  # GEPA's teacher reflects: room for a rewritten instruction
             teacher = self._lm(self.teacher_name, 1024, decode=TEACHER_DECODE)
-        retriever = None
+        retriever, corpus = None, None  # the corpus an oracle's distractors come from names the run's key
         if oracle:
             train, evalset = load_examples(config)
-            distractors = build_retriever_for(config, train, evalset) if row == "oracle-distractors" else None
+            distractors = None
+            if row == "oracle-distractors":
+                corpus = corpus_for(config, train, evalset)
+                distractors = build_retriever_for(config, train, evalset, corpus=corpus)
             retriever = OracleRetriever(evalset, gold_only=row != "oracle-all", distractors=distractors)
         start = time.perf_counter()
         summary = run_experiment(
@@ -168,6 +173,7 @@ class Cells:
             lm=self._lm(self.lm_name, api_base=self.api_base),
             teacher_lm=teacher,
             retriever=retriever,
+            corpus=corpus,
             progress=False,
             check_context=True,  # a cell whose prompts cannot fit fails before it runs
         )

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     import dspy
 
     from ragscale.data import load_split
-    from ragscale.experiments.runner import TEACHER_DECODE, load_named_lm
+    from ragscale.experiments.parts import TEACHER_DECODE, load_named_lm
     from ragscale.optimizers.graders import compile_graders, grade_examples
     from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
     from ragscale.programs.calibration import CalibratedPredict

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prepare_process()
     from ragscale.experiments.config import RunConfig
-    from ragscale.experiments.runner import load_lm_for
+    from ragscale.experiments.parts import load_lm_for
     from ragscale.programs import PROGRAMS
     from ragscale.programs.lm.models import WEIGHTS, layout_for, pick_device_dtype
 

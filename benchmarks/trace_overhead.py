@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     prepare_process()
     from ragscale.experiments.config import RunConfig
-    from ragscale.experiments.runner import load_lm_for, run_experiment
+    from ragscale.experiments.parts import load_lm_for
+    from ragscale.experiments.runner import run_experiment
     from ragscale.published.runs import made_here
 
     made_by = made_here()  # the code and machine of this run, whatever is committed while it runs

@@ -43,6 +43,16 @@ class CorpusError(DatasetError):
     """A corpus that cannot be read or is empty; the message names the file and the line."""
 
 
+@dataclass(frozen=True)
+class CorpusIdentity:
+    """Which corpus a run searched: its name (a dataset's, ``all``, ``questions`` or a file's absolute path), its
+    passages and its sha256. The run's key, params, tags and summary name their corpus by it."""
+
+    name: str
+    passages: int
+    sha256: str
+
+
 @dataclass
 class Corpus:
     """Passages ``{"id", "title", "text"}`` in corpus order, with the name they were asked by and their digest."""
@@ -75,9 +85,10 @@ class Corpus:
         """The short digest that names the indexes built over this corpus."""
         return self.sha256[:16]
 
-    def describe(self) -> dict[str, Any]:
-        """What a run's summary, params and provenance say of its corpus."""
-        return {"name": self.name, "passages": len(self.passages), "sha256": self.sha256}
+    @property
+    def identity(self) -> CorpusIdentity:
+        """Which corpus this is, as a run names it (``CorpusIdentity``)."""
+        return CorpusIdentity(self.name, len(self.passages), self.sha256)
 
     def with_paragraphs(self, examples: Iterable[Any]) -> Corpus:
         """This corpus plus the paragraphs of ``examples`` it does not hold yet (an evaluation file's own)."""
@@ -109,17 +120,12 @@ def corpus_name(name: str) -> str:
     return str(Path(name).expanduser().resolve()) if is_corpus_file(name) else name
 
 
-_LOADED: dict[tuple, Corpus] = {}
-"""The last corpus read from files, by its name and the files' sizes and times: a run checks its corpus before
-the model loads and reads it again to index it."""
-
-
 def load_corpus(name: str, data_dir: Path, *, questions: Iterable[Any] = ()) -> Corpus:
     """The corpus ``name`` (one of ``CORPORA`` or a JSONL path; see the module docstring).
 
     ``questions`` are the run's own questions, read only for ``questions``. Dataset files are read with
     ``read_jsonl`` (every line checked); a dataset folder without a split file contributes the splits it has.
-    A corpus read from files is kept for the next call while its files are unchanged.
+    Each call reads the files: a caller that needs the corpus again hands on the one it loaded.
     """
     if name == QUESTIONS:
         corpus = from_examples(QUESTIONS, questions)
@@ -127,11 +133,7 @@ def load_corpus(name: str, data_dir: Path, *, questions: Iterable[Any] = ()) -> 
             raise CorpusError("--corpus questions: the corpus is empty (the run's questions have no paragraphs)")
         return corpus
     files = [Path(name)] if is_corpus_file(name) else _split_files(name, Path(data_dir))
-    stamp = (name, *((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()))
-    if stamp not in _LOADED:
-        _LOADED.clear()
-        _LOADED[stamp] = _read(name, files, Path(data_dir))
-    return _LOADED[stamp]
+    return _read(name, files, Path(data_dir))
 
 
 def _split_files(name: str, data_dir: Path) -> list[Path]:

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from ragscale.experiments.compare import compare_runs, format_table, load_runs
     from ragscale.experiments.config import RunConfig
-    from ragscale.experiments.runner import load_lm_for, run_experiment
+    from ragscale.experiments.parts import load_lm_for
+    from ragscale.experiments.runner import run_experiment
     from ragscale.experiments.tracking import is_local, tracking_uri
     from ragscale.programs import method_named
 

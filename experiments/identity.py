@@ -45,16 +45,15 @@ def config_key(
     state of a ``program`` compiled elsewhere and given to the run (the sweep compiles once per method and shots;
     its demonstrations then decide the result, not the run's own compilation), the ``identity`` of a
     retriever given to the run when it names one (the oracle rows: gold paragraphs or all of them), and the
-    sha256 of the corpus searched (``corpus``, a ``Corpus.describe()``, else the retriever's ``corpus``), so a run
-    never resumes one on another corpus."""
+    sha256 of the corpus searched (``corpus``, a ``CorpusIdentity``), so a run never resumes one on another
+    corpus."""
     values = {name: getattr(config, name) for name in KEY_FIELDS}
     values.update({name: getattr(config, name) for name in OPTIONAL_KEY_FIELDS if getattr(config, name) is not None})
     if program is not None:
         values["program"] = program.dump_state()
     if getattr(retriever, "identity", None):
         values["retriever_identity"] = retriever.identity
-    corpus = corpus or getattr(retriever, "corpus", None)
-    if corpus:
-        values["corpus_sha256"] = corpus["sha256"]
+    if corpus is not None:
+        values["corpus_sha256"] = corpus.sha256
     text = json.dumps({**values, "data": fingerprint}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]

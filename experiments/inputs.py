@@ -9,7 +9,7 @@ or value at fault:
   holding the dataset, every line of the train and evaluation files (``read_jsonl``: JSON, UTF-8, the schema, unique
   question ids), the corpus the run searches (every line of a corpus file) and ``docs`` against its passages, and
   the runs directory writable, and the servers it names by URL answering (``reach.check_reachable``: ``--api-base``,
-  ``--teacher-api-base``, ``--chroma-url``);
+  ``--teacher-api-base``, ``--chroma-url``); it returns the corpus it read, which the run then searches;
 - ``check_lm(name, flag)``: a model given as a path, without loading it;
 - ``check_writable_dir(path, flag)`` and ``check_output_file(path, flag)``: a folder or a file path that the command
   will write, created (the folder) and tried with a scratch file now.
@@ -21,13 +21,19 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ragscale.experiments.config import ConfigError, RunConfig
 
+if TYPE_CHECKING:
+    from ragscale.data.corpora import Corpus
 
-def check_inputs(config: RunConfig) -> None:
+
+def check_inputs(config: RunConfig) -> Corpus | None:
     """Everything of ``config`` that can be checked without loading a model (see the module docstring); the runs
-    directory is created, so it is checked last, once nothing else is wrong."""
+    directory is created, so it is checked last, once nothing else is wrong. Returns the corpus the run searches,
+    read to check it, for the run to search (``run_experiment(corpus=...)``); None for a method that retrieves
+    nothing."""
     from ragscale.programs import method_named
 
     check_lm(config.lm, "--lm")
@@ -37,9 +43,11 @@ def check_inputs(config: RunConfig) -> None:
         check_lm(config.reflection_lm, "--reflection-lm")
     check_servers(config)
     train, evalset = read_examples(config)
+    corpus = None
     if method_named(config.method).retrieves:  # one that retrieves nothing reads no corpus
-        check_docs(config, train, evalset)
+        corpus = check_docs(config, train, evalset)
     check_writable_dir(config.runs_dir, "--runs-dir")
+    return corpus
 
 
 def check_lm(name: str, flag: str = "--lm") -> None:
@@ -109,15 +117,17 @@ def _missing_data(config: RunConfig, missing: list[Path]) -> str:
     return f"{where} has no {names} for --dataset {config.dataset}; {holds}"
 
 
-def check_docs(config: RunConfig, train: list[dict], evalset: list[dict]) -> None:
+def check_docs(config: RunConfig, train: list[dict], evalset: list[dict]) -> Corpus:
     """The corpus the run searches can be read (``data.corpora``: every line of a corpus file is checked) and
-    holds at least ``docs`` passages: more can never be retrieved, and a number far beyond the corpus is a typo."""
+    holds at least ``docs`` passages: more can never be retrieved, and a number far beyond the corpus is a typo.
+    Returns it."""
     corpus = corpus_for(config, train, evalset)
     if config.docs > len(corpus):
         raise ConfigError(f"--docs {config.docs} is more than the {len(corpus)} passages of --corpus {corpus.name}")
+    return corpus
 
 
-def corpus_for(config: RunConfig, train, evalset):
+def corpus_for(config: RunConfig, train, evalset) -> Corpus:
     """The corpus the config names (``data.corpora``), with an evaluation file's own paragraphs added; a corpus
     that cannot be read is a ConfigError naming it."""
     from ragscale.data.corpora import CorpusError, load_corpus

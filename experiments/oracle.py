@@ -34,7 +34,6 @@ class OracleRetriever:
             ]
             for example in examples
         }
-        self.corpus = getattr(distractors, "corpus", None)  # the corpus the distractors come from, for the run's key
 
     @property
     def identity(self) -> str:

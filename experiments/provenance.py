@@ -101,10 +101,10 @@ def model_sha256(name: str) -> str | None:
 
 def provenance_tags(config: RunConfig, corpus=None) -> dict[str, str]:
     """The MLflow tags that say what produced a run of ``config`` (see the module docstring), with the sha256 of
-    the ``corpus`` it searched (a ``Corpus.describe()``) where it searches one."""
+    the ``corpus`` it searched (a ``CorpusIdentity``) where it searches one."""
     tags = {"version": version("ragscale"), **git_state()}
-    if corpus:
-        tags["corpus_sha256"] = corpus["sha256"]
+    if corpus is not None:
+        tags["corpus_sha256"] = corpus.sha256
     tags.update({f"versions.{package}": version(package) for package in PACKAGES})
     tags.update(machine())
     models = (

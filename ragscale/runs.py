@@ -34,8 +34,8 @@ def run(
     from ragscale.experiments.runner import run_experiment
 
     config = RunConfig.from_mapping(settings, source="run()") if config is None else replace(config, **settings)
-    check_inputs(config)
-    return run_experiment(config, progress=progress, fresh=fresh, max_failed=max_failed,
+    corpus = check_inputs(config)  # read to check it, and searched as it was read
+    return run_experiment(config, corpus=corpus, progress=progress, fresh=fresh, max_failed=max_failed,
                           parent_run_id=_callers_run(config.runs_dir))  # fmt: skip
 
 

@@ -121,9 +121,9 @@ def test_compile_under_an_active_mlflow_run_logs_the_program_as_a_model(scripted
 
 
 def test_run_makes_a_tracked_run_from_keywords(data_dir, tmp_path, monkeypatch):
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
-    monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
+    monkeypatch.setattr(parts, "load_lm_for", lambda config: scripted_lm(SCRIPT))
     summary = ragscale.run(method="rag", dataset="hotpotqa", data_dir=data_dir, runs_dir=tmp_path / "runs",
                            retriever="bm25", adapter="chat", threads=1, progress=False)  # fmt: skip
     assert summary["n"] == 3 and summary["em"] == pytest.approx(66.67, abs=0.01)
@@ -157,9 +157,9 @@ def test_a_run_inside_the_callers_own_mlflow_run_is_its_child_and_leaves_the_cal
 ):
     import mlflow
 
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
-    monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
+    monkeypatch.setattr(parts, "load_lm_for", lambda config: scripted_lm(SCRIPT))
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mine.db'}")  # ragscale tracks where MLflow is told to
     try:
         mine = mlflow.create_experiment("mine", artifact_location=(tmp_path / "mine").as_uri())

@@ -6,14 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from ragscale.experiments.config import DEFAULTS, ConfigError, with_default
+from ragscale.experiments.cli.flags import add_flag, flags
+from ragscale.experiments.config import ConfigError, with_default
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_lm, check_output_file, check_writable_dir
 
 
 def add_ingest(subparsers) -> None:
-    from ragscale.programs.lm import ADAPTERS
-
     ingest_cmd = subparsers.add_parser(
         "ingest",
         help="chunk PDF/.txt/.md/.html files (text, tables as markdown, pictures as text) into a collection",
@@ -25,14 +24,10 @@ def add_ingest(subparsers) -> None:
     )
     ingest_cmd.add_argument("--collection", required=True, help="collection name (runs/collections/NAME)")
     ingest_cmd.add_argument("--contextual", action="store_true", help="prepend an LM-written context to each chunk")
-    ingest_cmd.add_argument("--lm", default=DEFAULTS["lm"], help=with_default("LM for --contextual", "lm"))
-    ingest_cmd.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server for --lm")
-    ingest_cmd.add_argument(
-        "--adapter",
-        choices=sorted(ADAPTERS),
-        default=DEFAULTS["adapter"],
-        help=with_default("prompt format", "adapter"),
-    )
+    known = flags()
+    add_flag(ingest_cmd, "--lm", known=known, defaults=True, help=with_default("LM for --contextual", "lm"))
+    add_flag(ingest_cmd, "--api-base", known=known, help="URL of an OpenAI-compatible server for --lm")
+    add_flag(ingest_cmd, "--adapter", known=known, defaults=True)
     ingest_cmd.add_argument(
         "--max-tokens", dest="max_tokens", type=int, default=None, help="words per chunk (default: 150)"
     )
@@ -47,7 +42,7 @@ def add_ingest(subparsers) -> None:
     ingest_cmd.add_argument("--vlm-url", dest="vlm_url", help="OpenAI-compatible server of a vision-language model")
     ingest_cmd.add_argument("--vlm-model", dest="vlm_model", help="the VLM's model name on that server")
     ingest_cmd.add_argument("--no-ocr", dest="ocr", action="store_false", help="no OCR of pictures (caption only)")
-    ingest_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=DEFAULTS["runs_dir"])
+    add_flag(ingest_cmd, "--runs-dir", known=known, defaults=True)
     ingest_cmd.set_defaults(func=cmd_ingest)
 
 
@@ -56,7 +51,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     from ragscale.data.documents import VLMDescriber
     from ragscale.experiments.collection import ingest
-    from ragscale.experiments.runner import load_named_lm
+    from ragscale.experiments.parts import load_named_lm
     from ragscale.programs.lm import make_adapter
 
     if bool(args.vlm_url) != bool(args.vlm_model):
@@ -98,31 +93,17 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def add_ask(subparsers) -> None:
-    from ragscale.programs import PROGRAMS
-    from ragscale.programs.lm import ADAPTERS
     from ragscale.programs.retrieval.rerank import ORDERS
 
     ask_cmd = subparsers.add_parser("ask", help="answer a question over an ingested collection, with its sources")
     ask_cmd.add_argument("question")
     ask_cmd.add_argument("--collection", required=True)
-    ask_cmd.add_argument("--method", choices=sorted(PROGRAMS), default="rag", help="RAG method (default: rag)")
-    ask_cmd.add_argument("--lm", default=DEFAULTS["lm"], help="a preset, model dir, .gguf, or openai/<model>")
-    ask_cmd.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server for --lm")
-    ask_cmd.add_argument(
-        "--adapter",
-        choices=sorted(ADAPTERS),
-        default=DEFAULTS["adapter"],
-        help=with_default("prompt format", "adapter"),
-    )
-    ask_cmd.add_argument(
-        "--docs", type=int, default=DEFAULTS["docs"], help=with_default("documents retrieved per query", "docs")
-    )
-    ask_cmd.add_argument(
-        "--iterations",
-        type=int,
-        default=DEFAULTS["iterations"],
-        help=with_default("iterations of a method that iterates (IterDRAG's n)", "iterations"),
-    )
+    known = flags()
+    add_flag(ask_cmd, "--method", known=known, default="rag", help="RAG method (default: rag)")
+    add_flag(ask_cmd, "--lm", known=known, defaults=True)
+    add_flag(ask_cmd, "--api-base", known=known, help="URL of an OpenAI-compatible server for --lm")
+    for name in ("--adapter", "--docs", "--iterations"):
+        add_flag(ask_cmd, name, known=known, defaults=True)
     ask_cmd.add_argument(
         "--rerank", type=int, default=0, metavar="DEPTH", help="grade DEPTH hybrid candidates with the LM first"
     )
@@ -133,7 +114,7 @@ def add_ask(subparsers) -> None:
         default="fused",
         help="fuse the grade order with the hybrid order by RRF (fused, the default) or keep the best graded (grade)",
     )
-    ask_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=DEFAULTS["runs_dir"])
+    add_flag(ask_cmd, "--runs-dir", known=known, defaults=True)
     ask_cmd.add_argument("--json", dest="json_path", type=Path, help="also write the answer and sources as JSON")
     ask_cmd.set_defaults(func=cmd_ask)
 
@@ -142,7 +123,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     import dspy
 
     from ragscale.experiments.collection import Collection, ask
-    from ragscale.experiments.runner import load_named_lm
+    from ragscale.experiments.parts import load_named_lm
     from ragscale.programs.lm import make_adapter
 
     if not Collection(args.collection, args.runs_dir).exists:

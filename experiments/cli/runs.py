@@ -7,20 +7,14 @@ import json
 import sys
 from pathlib import Path
 
-from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, ConfigError, RunConfig, with_default
+from ragscale.experiments.cli.flags import add_flags
+from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 
 
 def add_run(subparsers) -> None:
-    from ragscale.data import DATASETS
     from ragscale.experiments.runner import MAX_FAILED
-    from ragscale.optimizers.metrics import METRICS
-    from ragscale.optimizers.teleprompters import OPTIMIZERS
-    from ragscale.programs import PROGRAMS
-    from ragscale.programs.lm import ADAPTERS
-    from ragscale.programs.lm.models import WEIGHTS
-    from ragscale.programs.retrieval import RETRIEVERS
 
     run = subparsers.add_parser(
         "run",
@@ -29,91 +23,14 @@ def add_run(subparsers) -> None:
         argument_default=argparse.SUPPRESS,
     )
     run.add_argument("--config", type=Path, help="a TOML run config (see runs/configs/)")
-    run.add_argument("--method", choices=sorted(PROGRAMS), help="the RAG method")
-    run.add_argument("--dataset", choices=list(DATASETS), help="dataset folder under --data-dir")
-    run.add_argument("--optimizer", choices=sorted(OPTIMIZERS), help=with_default("teleprompter", "optimizer"))
-    run.add_argument(
-        "--lm",
-        help=with_default("a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base", "lm"),
-    )
-    run.add_argument(
-        "--teacher",
-        help="an LM (e.g. qwen2.5-coder-1.5b) that runs the teacher program of bootstrap, random-search or mipro: "
-        "its traces become the demonstrations of --lm",
-    )
-    run.add_argument("--api-base", dest="api_base", help="URL of an OpenAI-compatible server (vLLM, SGLang)")
-    run.add_argument(
-        "--teacher-api-base", dest="teacher_api_base", help="URL of the server of an openai/<model> --teacher"
-    )
-    run.add_argument(
-        "--weights",
-        choices=WEIGHTS,
-        help="layout of a local model's linear layers on CPU: auto (the default: the fastest whose answers match "
-        "fp32's on this CPU), fp32 (oneDNN-packed float32, the reference), int8 (int8 weights for decode steps), "
-        "bf16 (bfloat16), int8-bf16 (int8 for decoding, bfloat16 for prefill), dense (torch's)",
-    )
-    run.add_argument(
-        "--adapter", choices=sorted(ADAPTERS), help=with_default("how prompts are formatted and parsed", "adapter")
-    )
-    run.add_argument("--docs", type=int, help=with_default("documents retrieved per query (the paper's k)", "docs"))
-    run.add_argument(
-        "--iterations", type=int, help=with_default("iterations of a method that iterates (IterDRAG's n)", "iterations")
-    )
-    run.add_argument(
-        "--reflection-lm",
-        dest="reflection_lm",
-        help="gepa: the LM that reads the feedback and rewrites instructions (default: the teacher, else --lm)",
-    )
-    run.add_argument("--budget", help="gepa: light, medium, heavy, or a cap on metric calls (default: light)")
-    run.add_argument("--shots", type=int, help=with_default("demonstrations per predictor (the paper's m)", "shots"))
-    run.add_argument(
-        "--docs-per-demo",
-        dest="docs_per_demo",
-        type=int,
-        help=with_default("documents kept in each demonstration", "docs_per_demo"),
-    )
-    run.add_argument(
-        "--metric", choices=sorted(METRICS), help=with_default("metric the teleprompter optimises", "metric")
-    )
-    run.add_argument("--limit", type=int, help="evaluate on the first N questions")
-    run.add_argument(
-        "--train-limit",
-        dest="train_limit",
-        type=int,
-        help=with_default("compile on the first N train questions", "train_limit"),
-    )
-    run.add_argument(
-        "--data-dir",
-        dest="data_dir",
-        type=Path,
-        help="datasets folder (default: RAGSCALE_DATA_DIR or ../shared/datasets)",
-    )
-    run.add_argument("--eval-file", dest="eval_file", type=Path, help="evaluate on this JSONL instead of dev.jsonl")
-    run.add_argument(
-        "--retriever", choices=RETRIEVERS, help=with_default("hybrid is dense + BM25, fused by RRF", "retriever")
-    )
-    run.add_argument("--corpus", help=CORPUS_HELP)
-    run.add_argument("--chroma-url", dest="chroma_url", help="a chromadb server (default: embedded, under runs/)")
-    run.add_argument(
-        "--runs-dir", dest="runs_dir", type=Path, help=with_default("MLflow store, indexes, artifacts", "runs_dir")
-    )
-    run.add_argument("--threads", type=int, help=with_default("questions answered in parallel", "threads"))
-    run.add_argument("--seed", type=int, help=with_default("random seed", "seed"))
-    run.add_argument("--run-name", dest="run_name", help="MLflow run name (default: method-optimizer-dataset-lm-time)")
-    run.add_argument("--no-cache", dest="cache", action="store_false", help="bypass the DSPy LM cache")
-    run.add_argument(
-        "--trace",
-        action="store_true",
-        help="MLflow traces of every question's module and LM calls, linked to the run (off: it costs time)",
-    )
-    run.add_argument(
-        "--no-autolog",
-        dest="autolog",
-        action="store_false",
-        help="no DSPy compile and evaluation logging (mlflow.dspy.autolog's log_compiles, log_evals) while compiling",
-    )
+    add_flags(
+        run, "--method", "--dataset", "--optimizer", "--lm", "--teacher", "--api-base", "--teacher-api-base",
+        "--weights", "--adapter", "--docs", "--iterations", "--reflection-lm", "--budget", "--shots", "--docs-per-demo",
+        "--metric", "--limit", "--train-limit", "--data-dir", "--eval-file", "--retriever", "--corpus", "--chroma-url",
+        "--runs-dir", "--threads", "--seed", "--run-name", "--no-cache", "--trace", "--no-autolog",
+    )  # fmt: skip
     run.add_argument("--json", dest="json_path", type=Path, help="also write the summary to this JSON file")
-    run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_flags(run, "--no-progress")
     run.add_argument(
         "--fresh",
         action="store_true",
@@ -138,12 +55,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = RunConfig.from_toml(args.config, **values)
     else:
         config = RunConfig.from_mapping(values, source="command line")
-    check_inputs(config)
+    corpus = check_inputs(config)  # read to check it, and searched as it was read
     json_path = getattr(args, "json_path", None)
     if json_path is not None:
         check_output_file(json_path, "--json")
     summary = run_experiment(
         config,
+        corpus=corpus,
         progress=getattr(args, "progress", True),
         fresh=getattr(args, "fresh", False),
         max_failed=getattr(args, "max_failed", MAX_FAILED),
@@ -165,7 +83,7 @@ def add_compare(subparsers) -> None:
         help="run id, unique id prefix or run name (default: per dataset, the latest "
         "closed-book run, else the first run)",
     )
-    compare.add_argument("--runs-dir", dest="runs_dir", type=Path, default=DEFAULTS["runs_dir"])
+    add_flags(compare, "--runs-dir", defaults=True)
     compare.add_argument(
         "--all",
         dest="all_runs",

@@ -8,7 +8,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, ConfigError, RunConfig, with_default
+from ragscale.experiments.cli.flags import add_flag, flags
+from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
 from ragscale.experiments.sweep.grid import (
@@ -30,18 +31,14 @@ from ragscale.programs import method_named
 
 
 def add_sweep(subparsers) -> None:
-    from ragscale.data import DATASETS
-    from ragscale.optimizers.teleprompters import OPTIMIZERS
-    from ragscale.programs.lm import ADAPTERS
-    from ragscale.programs.retrieval import RETRIEVERS
-
     sweep = subparsers.add_parser(
         "sweep",
         help="budget sweep over documents, shots and iterations: table, plot and allocation model",
         description="Defaults are a small grid for a 2-core CPU; the paper's grid is "
         "--docs 1,2,5,10,20 --shots 0,1,2,4,8 --iterations 1,2,3 --budgets 2k,4k,8k,16k (for a GPU or a server).",
     )
-    sweep.add_argument("--dataset", required=True, choices=list(DATASETS))
+    known = flags()
+    add_flag(sweep, "--dataset", known=known, required=True)
     sweep.add_argument("--methods", default=",".join(METHODS), help="comma-separated: " + ",".join(METHODS))
     sweep.add_argument("--docs", default=",".join(map(str, DEFAULT_DOCS)), help="documents k per question")
     sweep.add_argument("--shots", default=",".join(map(str, DEFAULT_SHOTS)), help="demonstrations m (learned)")
@@ -49,64 +46,38 @@ def add_sweep(subparsers) -> None:
     sweep.add_argument(
         "--budgets", default=",".join(map(format_size, DEFAULT_BUDGETS)), help="effective-context budgets, e.g. 2k,4k"
     )
-    sweep.add_argument("--lm", default=DEFAULTS["lm"], help="a preset, model dir, .gguf, or openai/<model>")
-    sweep.add_argument(
-        "--api-base",
-        dest="api_base",
+    add_flag(sweep, "--lm", known=known, defaults=True)
+    add_flag(
+        sweep, "--api-base", known=known,
         help="URL of an OpenAI-compatible server; several, comma-separated, are replicas of one openai/<model> --lm, "
         "each configuration running on the least busy. A configuration is keyed by the sorted list, not by its "
         "replica: a rerun given the same URLs, in any order, skips the finished ones",
-    )
+    )  # fmt: skip
     sweep.add_argument(
-        "--parallel-runs",
-        dest="parallel_runs",
-        type=int,
-        default=1,
+        "--parallel-runs", dest="parallel_runs", type=int, default=1,
         help="configurations run at once (default: 1), spread over the --api-base servers; with a local --lm they "
         "share its one engine",
-    )
-    sweep.add_argument(
-        "--adapter",
-        choices=sorted(ADAPTERS),
-        default=DEFAULTS["adapter"],
-        help=with_default("prompt format", "adapter"),
-    )
-    sweep.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"dev questions (default: {DEFAULT_LIMIT})")
-    sweep.add_argument(
-        "--train-limit",
-        dest="train_limit",
-        type=int,
-        default=DEFAULTS["train_limit"],
-        help=with_default("train questions for demos", "train_limit"),
-    )
-    sweep.add_argument(
-        "--optimizer",
-        choices=sorted(OPTIMIZERS),
-        default="labeled",
+    )  # fmt: skip
+    add_flag(sweep, "--adapter", known=known, defaults=True)
+    add_flag(sweep, "--limit", known=known, default=DEFAULT_LIMIT, help=f"dev questions (default: {DEFAULT_LIMIT})")
+    add_flag(sweep, "--train-limit", known=known, defaults=True)
+    add_flag(
+        sweep, "--optimizer", known=known, default="labeled",
         help="teleprompter for shots (default: labeled; IterDRAG's chains are bootstrapped whenever it is labeled)",
-    )
-    sweep.add_argument(
-        "--teacher", help="runs the teacher program of the bootstrapped demonstrations, e.g. qwen2.5-coder-1.5b"
-    )
-    sweep.add_argument(
-        "--docs-per-demo", dest="docs_per_demo", type=int, help="documents per demonstration (default: k, the paper's)"
-    )
-    sweep.add_argument(
-        "--retriever", choices=RETRIEVERS, default=DEFAULTS["retriever"], help=with_default("retriever", "retriever")
-    )
-    sweep.add_argument("--corpus", help=CORPUS_HELP)
-    sweep.add_argument("--chroma-url", dest="chroma_url", help="a chromadb server (default: embedded, under runs/)")
-    sweep.add_argument("--data-dir", dest="data_dir", type=Path)
-    sweep.add_argument(
-        "--runs-dir",
-        dest="runs_dir",
-        type=Path,
-        default=DEFAULTS["runs_dir"],
-        help=with_default("MLflow store, sweeps", "runs_dir"),
-    )
-    sweep.add_argument(
-        "--threads", type=int, default=DEFAULTS["threads"], help=with_default("questions in parallel", "threads")
-    )
+    )  # fmt: skip
+    add_flag(sweep, "--teacher", known=known,
+             help="runs the teacher program of the bootstrapped demonstrations, e.g. qwen2.5-coder-1.5b")  # fmt: skip
+    add_flag(sweep, "--docs-per-demo", known=known, help="documents per demonstration (default: k, the paper's)")
+    for name in ("--retriever", "--corpus", "--chroma-url", "--data-dir", "--runs-dir", "--threads"):
+        add_flag(sweep, name, known=known, defaults=True)
+    add_sweep_flags(sweep)
+    add_flag(sweep, "--no-progress", known=known)
+    sweep.add_argument("--json", dest="json_path", type=Path, help="also write the table and the model as JSON")
+    sweep.set_defaults(func=cmd_sweep)
+
+
+def add_sweep_flags(sweep) -> None:
+    """The flags of how a sweep runs that no other subcommand takes: its time limit, what it adopts, what it skips."""
     sweep.add_argument(
         "--stop-after", dest="stop_after", type=float, metavar="MINUTES",
         help="stop after this many minutes: what runs ends (a rerun resumes it), and what finished is reported",
@@ -122,9 +93,6 @@ def add_sweep(subparsers) -> None:
         "no budget could choose them)",
     )  # fmt: skip
     sweep.add_argument("--plan-only", dest="plan_only", action="store_true", help="print the plan; run nothing")
-    sweep.add_argument("--no-progress", dest="progress", action="store_false")
-    sweep.add_argument("--json", dest="json_path", type=Path, help="also write the table and the model as JSON")
-    sweep.set_defaults(func=cmd_sweep)
 
 
 def _grid_and_base(args) -> tuple[Grid, RunConfig]:
@@ -161,7 +129,10 @@ def _grid_and_base(args) -> tuple[Grid, RunConfig]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ragscale.experiments.sweep.run import plan_only, run_sweep, shared_api_base
+    from ragscale.experiments.sweep.replicas import shared_api_base
+    from ragscale.experiments.sweep.run import plan_only, run_sweep
+    from ragscale.experiments.sweep.setup import Loaded
+    from ragscale.experiments.sweep.sitting import SweepOptions
 
     if args.parallel_runs < 1:
         raise ConfigError(f"--parallel-runs {args.parallel_runs}: must be at least 1 (configurations run at once)")
@@ -169,7 +140,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     base = shared_api_base(base)  # several servers need an openai/<model> --lm: said before any is tried
     # the corpus must hold the grid's largest k, unless no method of the sweep retrieves
     retrieves = [method for method in grid.methods if method_named(method).retrieves]
-    check_inputs(replace(base, method=(retrieves or grid.methods)[0], docs=max(grid.docs)))
+    corpus = check_inputs(replace(base, method=(retrieves or grid.methods)[0], docs=max(grid.docs)))
     if args.teacher is not None:
         taught = [p for p in grid_points(grid) if point_config(base, p, teacher=args.teacher).teacher is not None]
         if not taught:
@@ -189,21 +160,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             manifest_of(args.adopt)  # a published sweep's, read before any model loads
         except ConfigError as exc:
             raise ConfigError(f"--adopt: {exc}") from exc
-    if args.plan_only:
-        plan_only(grid, base, docs_per_demo=args.docs_per_demo, teacher=args.teacher, report=print)
-        return 0
-    start = time.perf_counter()
-    result = run_sweep(
-        grid,
-        base,
+    options = SweepOptions(
         docs_per_demo=args.docs_per_demo,
         teacher=args.teacher,
         parallel_runs=args.parallel_runs,
         stop_after=None if args.stop_after is None else 60 * args.stop_after,
         adopt_from=args.adopt,
         progress=args.progress,
-        report=print,
     )
+    if args.plan_only:
+        plan_only(grid, base, options, Loaded(corpus=corpus), report=print)
+        return 0
+    start = time.perf_counter()
+    result = run_sweep(grid, base, options, Loaded(corpus=corpus), report=print)
     print(
         f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done, over budget or window), "
         f"{len(result.failed)} failed, {len(result.stopped)} left at the time limit in "
@@ -225,23 +194,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def add_allocate(subparsers) -> None:
-    from ragscale.data import DATASETS
-
     allocate_cmd = subparsers.add_parser(
         "allocate", help="the configuration the sweep's fitted allocation model predicts best for a budget"
     )
     allocate_cmd.add_argument("--budget", required=True, help="effective-context budget, e.g. 8k")
-    allocate_cmd.add_argument("--dataset", required=True, choices=list(DATASETS))
-    allocate_cmd.add_argument("--lm", default=DEFAULTS["lm"], help="the LM the sweep ran with")
-    allocate_cmd.add_argument("--corpus", help="the corpus the sweep searched (default: the dataset's)")
-    allocate_cmd.add_argument("--runs-dir", dest="runs_dir", type=Path, default=DEFAULTS["runs_dir"])
+    known = flags()
+    add_flag(allocate_cmd, "--dataset", known=known, required=True)
+    add_flag(allocate_cmd, "--lm", known=known, defaults=True, help="the LM the sweep ran with")
+    add_flag(allocate_cmd, "--corpus", known=known, help="the corpus the sweep searched (default: the dataset's)")
+    add_flag(allocate_cmd, "--runs-dir", known=known, defaults=True)
     allocate_cmd.set_defaults(func=cmd_allocate)
 
 
 def cmd_allocate(args: argparse.Namespace) -> int:
     from ragscale.data.corpora import corpus_name
+    from ragscale.experiments.sweep.allocation import allocate
     from ragscale.experiments.sweep.ledger import sweep_dir_for
-    from ragscale.experiments.sweep.run import allocate
 
     corpus = corpus_name(args.corpus) if args.corpus is not None else None
     sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm, corpus)

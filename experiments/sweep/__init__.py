@@ -12,12 +12,14 @@ A sweep is a grid of configurations theta = (documents k, shots m, iterations n)
    timed; the configurations run cheapest first. A configuration is skipped when it
    cannot fit (its fewest tokens exceed the largest budget, or its longest call the LM's window), or when an
    estimate learned from finished configurations puts it past the largest budget, where no budget could choose it.
-3. **Run** (``run.py``, ``ledger.py``). Each configuration is one MLflow child run under a parent sweep run;
-   finished ones are keyed by their settings and data, kept in ``ledger.json`` and tagged on their run, so a rerun
-   skips them. ``parallel_runs`` configurations run at once, each on the least busy of the servers given.
-4. **Results** (``report.py``, ``allocation.py``). Per budget, the best configuration per method and overall (the
-   paper's Table 1 shape); accuracy against effective context (log x); the computation allocation model, fitted and
-   stored as ``allocation.json``, which ``allocate`` reads.
+3. **Run** (``run.py``, ``sitting.py``, ``setup.py``, ``ledger.py``). Each configuration is one MLflow child run
+   under a parent sweep run; finished ones are keyed by their settings and data, kept in ``ledger.json`` and tagged
+   on their run, so a rerun skips them. ``parallel_runs`` configurations run at once, each on the least busy of the
+   servers given (``replicas.py``); a program is compiled once per method and shot count (``compiling.py``); a time
+   limit, Ctrl-C or SIGTERM ends the runs in flight (``stopping.py``); the oracle rows run last (``oracle_rows.py``).
+4. **Results** (``outcome.py``, ``report.py``, ``allocation.py``). Per budget, the best configuration per method and
+   overall (the paper's Table 1 shape); accuracy against effective context (log x); the computation allocation model,
+   fitted and stored as ``allocation.json``, which ``allocate`` reads.
 5. **Claims** (``claims.py``, ``scores.py``). Each of the paper's claims with paired 95% CIs over the questions and a
    verdict; each run's per-question Acc is kept in ``scores.json``, from which ``scores.recheck`` checks the claims
    again with no model or MLflow store.

@@ -15,6 +15,8 @@ decomposition steps, so every component is taken as log(x + 1) (0 documents, sho
 With one dataset, i is a constant, so b cannot be told apart from a: least squares then returns the minimum-norm
 solution and only a + b * i (reported as ``effective``) is meaningful; ``identifiable`` says whether the design
 had full rank (several datasets with different informativeness).
+
+``allocate`` reads a sweep's stored model back and picks its configuration for a budget (``ragscale allocate``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
+from ragscale.experiments.sweep.ledger import ALLOCATION
 from ragscale.experiments.sweep.rows import Row
 
 THETA = ("docs", "shots", "iterations")
@@ -206,3 +210,30 @@ def load(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"no fitted allocation model at {path}: run `ragscale sweep` for this dataset first")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def allocate(sweep_dir: Path, budget: int) -> dict[str, Any]:
+    """The configuration the stored model predicts best within ``budget`` (among the sweep's configurations)."""
+    path = sweep_dir / ALLOCATION
+    try:
+        fitted = load(path)
+    except FileNotFoundError as exc:
+        raise ConfigError(str(exc)) from exc
+    model = AllocationModel.from_json(fitted["model"])
+    i = fitted["informativeness"]
+    candidates = [Row.from_json(c, source=str(path)) for c in fitted["candidates"]]
+    best = predict_best(model, candidates, budget, i)
+    if best is None:
+        smallest = min(c.effective_context() for c in candidates)
+        raise ConfigError(f"no configuration of the sweep fits {budget} tokens (the smallest needs {smallest:,.0f})")
+    return {
+        "budget": budget,
+        "method": best.method,
+        "docs": best.docs,
+        "shots": best.shots,
+        "iterations": best.iterations,
+        EFFECTIVE_CONTEXT: best.effective_context(),
+        "predicted_acc": round(100 * model.predict(best.docs, best.shots, best.iterations, i), 2),
+        "measured_acc": best.acc,
+        "r2": model.r2,
+    }

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ragscale.data import build_corpus, passage_id, read_jsonl
-from ragscale.data.corpora import CorpusError, load_corpus, read_corpus_file
+from ragscale.data.corpora import CorpusError, CorpusIdentity, load_corpus, read_corpus_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -36,7 +36,7 @@ def test_a_dataset_corpus_is_every_paragraph_of_its_splits_whatever_questions_a_
     many = load_corpus("hotpotqa", data_dir, questions=records)
     assert few.sha256 == many.sha256 and len(few.sha256) == 64
     assert few.passages == build_corpus(records)
-    assert few.describe() == {"name": "hotpotqa", "passages": len(build_corpus(records)), "sha256": few.sha256}
+    assert few.identity == CorpusIdentity("hotpotqa", len(build_corpus(records)), few.sha256)
 
 
 def test_all_pools_every_dataset_and_keeps_a_shared_paragraph_once(data_dir):

@@ -3,6 +3,7 @@
 import dspy
 from doubles import FixedRetriever, examples
 
+from ragscale.data.corpora import CorpusIdentity
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.programs import RAG
@@ -21,8 +22,9 @@ def test_settings_that_change_only_speed_or_place_leave_the_key_as_it_was(tmp_pa
 def test_every_setting_that_decides_the_result_changes_the_key():
     changed = [key(method="drag"), key(docs=7), key(shots=2), key(seed=1), key(lm="qwen2.5-0.5b"), key("other data")]
     assert len({key(), *changed}) == 1 + len(changed)
-    searched = config_key(RunConfig(**BASE), "data", corpus={"sha256": "a" * 64})
-    assert searched != key() and searched != config_key(RunConfig(**BASE), "data", corpus={"sha256": "b" * 64})
+    searched = config_key(RunConfig(**BASE), "data", corpus=CorpusIdentity("hotpotqa", 11, "a" * 64))
+    assert searched != key()
+    assert searched != config_key(RunConfig(**BASE), "data", corpus=CorpusIdentity("hotpotqa", 11, "b" * 64))
 
 
 def test_gepas_settings_enter_the_key_only_when_set():

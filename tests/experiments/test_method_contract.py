@@ -12,6 +12,8 @@ from ragscale.experiments.config import RunConfig
 from ragscale.experiments.runner import PROGRAM, run_experiment
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points
 from ragscale.experiments.sweep.run import run_sweep
+from ragscale.experiments.sweep.setup import Loaded
+from ragscale.experiments.sweep.sitting import SweepOptions
 from ragscale.experiments.sweep.speed import Speed
 from ragscale.optimizers.metrics import em_metric
 from ragscale.optimizers.teleprompters import keeping_behaviour
@@ -113,8 +115,13 @@ def test_the_sweep_estimates_a_registered_methods_effective_context_before_runni
     base = RunConfig(method="rag", dataset="hotpotqa", retriever="bm25", runs_dir=tmp_path / "runs", limit=3,
                      train_limit=4, threads=2)  # fmt: skip
     grid = Grid(methods=("two-reads",), docs=(1, 3), shots=(0,), iterations=(1,), budgets=(8000,), baselines=False)
-    result = run_sweep(grid, base, lm=tokenizer_lm(tokenizer, examples), examples=examples, progress=False,
-                       speed=Speed(1000.0, 100.0, "stated"), report=lambda _: None)  # fmt: skip
+    result = run_sweep(
+        grid,
+        base,
+        SweepOptions(progress=False),
+        Loaded(lm=tokenizer_lm(tokenizer, examples), examples=examples, speed=Speed(1000.0, 100.0, "stated")),
+        report=lambda _: None,
+    )
     assert [(r.method, r.docs) for r in result.rows] == [("two-reads", 1), ("two-reads", 3)]
     for row in result.rows:  # two calls a question, both counted before the run and again while it ran
         assert abs(row.estimated_effective_context - row.effective_context()) <= 0.10 * row.effective_context(), row

@@ -8,11 +8,13 @@ import dspy
 import pytest
 from doubles import SCRIPT, scripted_lm
 
+from ragscale.data.corpora import CorpusIdentity
 from ragscale.experiments import tracking
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, SUMMARY_KEYS
 from ragscale.experiments.provenance import PREFIX
-from ragscale.experiments.runner import corpus_params, run_experiment
+from ragscale.experiments.record import corpus_params
+from ragscale.experiments.runner import run_experiment
 from ragscale.programs import PROGRAMS
 
 
@@ -47,7 +49,7 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     assert run.info.status == "FINISHED"
     params = dict(run.data.params)
     assert "local/scripted" in params.pop("lm_params")  # DSPy's compile logging (autolog) says the LM compiled with
-    assert params == {**cfg.to_params(), **corpus_params(summary["corpus"])}
+    assert params == {**cfg.to_params(), **corpus_params(CorpusIdentity(**summary["corpus"]))}
     assert run.data.params["corpus_sha256"] == summary["corpus"]["sha256"] == run.data.tags[PREFIX + "corpus_sha256"]
     assert run.data.params["method"] == "drag" and run.data.params["shots"] == "2"
     for metric in (
@@ -234,7 +236,7 @@ def test_the_runner_compiles_crag_with_label_trained_graders(data_dir):
     from dspy.utils import DummyLM
 
     from ragscale.data import load_split
-    from ragscale.experiments.runner import compile_for
+    from ragscale.experiments.parts import compile_for
     from ragscale.programs import CRAG
 
     config = RunConfig(method="crag", dataset="hotpotqa", optimizer="labeled", shots=2)
@@ -245,7 +247,7 @@ def test_the_runner_compiles_crag_with_label_trained_graders(data_dir):
 
 
 def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, data_dir, monkeypatch):
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
     loaded = []
 
@@ -253,23 +255,23 @@ def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, da
         loaded.append((name, settings["api_base"], settings["decode"]))
         raise RuntimeError("stop after loading")
 
-    monkeypatch.setattr(runner, "load_named_lm", load)
+    monkeypatch.setattr(parts, "load_named_lm", load)
     cfg = config(
         tmp_path, data_dir, optimizer="bootstrap", teacher="openai/teacher", teacher_api_base="http://teacher:8000/v1"
     )
     with pytest.raises(RuntimeError, match="stop after loading"):
         run_experiment(cfg, lm=scripted_lm(SCRIPT), progress=False)
-    assert loaded == [("openai/teacher", "http://teacher:8000/v1", runner.TEACHER_DECODE)]
+    assert loaded == [("openai/teacher", "http://teacher:8000/v1", parts.TEACHER_DECODE)]
 
 
 def test_a_teacher_loaded_for_compiling_is_released_before_the_evaluation_and_a_given_one_is_not(
     tmp_path, data_dir, monkeypatch
 ):
     import ragscale.programs.lm as lms
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
     teacher, student, released = scripted_lm(SCRIPT), scripted_lm(SCRIPT), []
-    monkeypatch.setattr(runner, "load_named_lm", lambda name, **settings: teacher)
+    monkeypatch.setattr(parts, "load_named_lm", lambda name, **settings: teacher)
     monkeypatch.setattr(lms, "release_lm", lambda lm: released.append((lm, len(lm.history), len(student.history))))
     cfg = config(tmp_path, data_dir, optimizer="bootstrap", teacher="smollm2-135m", shots=1)
     run_experiment(cfg, lm=student, progress=False)
@@ -286,10 +288,10 @@ def test_a_reader_that_teaches_itself_writes_the_traces_on_its_own_lm_not_a_seco
     tmp_path, data_dir, monkeypatch
 ):
     import ragscale.programs.lm as lms
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
     loaded, released, reader = [], [], scripted_lm(SCRIPT)
-    monkeypatch.setattr(runner, "load_named_lm", lambda name, **settings: loaded.append(name) or scripted_lm(SCRIPT))
+    monkeypatch.setattr(parts, "load_named_lm", lambda name, **settings: loaded.append(name) or scripted_lm(SCRIPT))
     monkeypatch.setattr(lms, "release_lm", released.append)
     cfg = config(tmp_path, data_dir, optimizer="bootstrap", lm="smollm2-135m", teacher="smollm2-135m", shots=1)
     run_experiment(cfg, lm=reader, progress=False)
@@ -300,7 +302,7 @@ def test_a_reader_that_teaches_itself_writes_the_traces_on_its_own_lm_not_a_seco
 
 
 def test_a_local_teacher_decodes_without_compiled_graphs_and_a_server_takes_no_decode_way():
-    from ragscale.experiments.runner import TEACHER_DECODE, load_named_lm
+    from ragscale.experiments.parts import TEACHER_DECODE, load_named_lm
 
     teacher = load_named_lm("smollm2-135m", cache=False, decode=TEACHER_DECODE)
     assert teacher.engine.batcher.decoder.way == "hf" and teacher.engine is not load_named_lm("smollm2-135m").engine

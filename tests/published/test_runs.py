@@ -12,7 +12,8 @@ from doubles import SCRIPT, scripted_lm
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.oracle import OracleRetriever
-from ragscale.experiments.runner import load_examples, run_experiment
+from ragscale.experiments.parts import load_examples
+from ragscale.experiments.runner import run_experiment
 from ragscale.experiments.sweep.adopt import MANIFEST
 from ragscale.published.runs import KEPT, load, publish, table
 

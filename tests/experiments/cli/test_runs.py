@@ -57,7 +57,7 @@ def test_a_toml_with_an_unknown_key_exits_2_naming_the_key_and_the_valid_keys(tm
 def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
     import dspy
 
-    from ragscale.experiments import runner
+    from ragscale.experiments import parts
 
     data = tmp_path / "data" / "nq"
     data.mkdir(parents=True)
@@ -76,7 +76,7 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         ]
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     lm = dspy.utils.DummyLM({"dev number 0": {"answer": "0"}, "dev number 1": {"answer": "one"}})
-    monkeypatch.setattr(runner, "load_lm_for", lambda config: lm)  # a scripted LM in place of the weights
+    monkeypatch.setattr(parts, "load_lm_for", lambda config: lm)  # a scripted LM in place of the weights
 
     out = tmp_path / "summary.json"
     code = main(

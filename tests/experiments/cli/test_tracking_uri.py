@@ -9,7 +9,7 @@ import pytest
 from doubles import SCRIPT, scripted_lm
 from servers import free_port, served
 
-from ragscale.experiments import runner, tracking
+from ragscale.experiments import parts, tracking
 from ragscale.experiments.cli import main
 
 
@@ -28,7 +28,7 @@ def no_tracking_uri(monkeypatch) -> None:
 
 
 def test_runs_go_to_the_flag_over_the_environment_over_the_local_store(data_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
+    monkeypatch.setattr(parts, "load_lm_for", lambda config: scripted_lm(SCRIPT))
     monkeypatch.chdir(tmp_path)
     no_tracking_uri(monkeypatch)
     runs_dir = tmp_path / "runs"
@@ -66,7 +66,7 @@ def test_run_and_compare_against_the_readmes_mlflow_server_started_offline(data_
 
     from mlflow.tracking import MlflowClient
 
-    monkeypatch.setattr(runner, "load_lm_for", lambda config: scripted_lm(SCRIPT))
+    monkeypatch.setattr(parts, "load_lm_for", lambda config: scripted_lm(SCRIPT))
     no_tracking_uri(monkeypatch)
     ragscale = str(Path(sys.executable).parent / "ragscale")
     port = free_port()

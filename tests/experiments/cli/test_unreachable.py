@@ -9,7 +9,7 @@ import time
 import pytest
 from servers import free_port, serving_in_thread
 
-from ragscale.experiments import runner
+from ragscale.experiments import parts
 from ragscale.experiments.cli import main
 
 
@@ -37,7 +37,7 @@ def no_model(monkeypatch):
     def load(config):
         raise AssertionError("a model loaded before the servers were checked")
 
-    monkeypatch.setattr(runner, "load_lm_for", load)
+    monkeypatch.setattr(parts, "load_lm_for", load)
 
 
 def run_args(data_dir, tmp_path, *extra: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Several configurations of a sweep at once, spread over replicas of one server (``run_sweep(parallel_runs=N)``).
+"""Several configurations of a sweep at once, spread over replicas of one server (``SweepOptions(parallel_runs=N)``).
 
 Each replica is a scripted LM standing for one ``--api-base`` URL (made-up questions, BM25 over their 14 passages,
 one question at a time per run): what is checked is where the configurations ran, how many ran at once, what their
@@ -20,10 +20,14 @@ from ragscale.experiments.cli import main
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.identity import config_key
 from ragscale.experiments.signals import Terminated, terminate_on_sigterm
+from ragscale.experiments.sweep import compiling
 from ragscale.experiments.sweep import run as sweep_run
 from ragscale.experiments.sweep.estimate import Planner
 from ragscale.experiments.sweep.grid import Grid
-from ragscale.experiments.sweep.run import run_sweep, shared_api_base
+from ragscale.experiments.sweep.replicas import shared_api_base
+from ragscale.experiments.sweep.run import run_sweep
+from ragscale.experiments.sweep.setup import Loaded
+from ragscale.experiments.sweep.sitting import SweepOptions
 from ragscale.experiments.sweep.speed import Speed
 from ragscale.programs.lm.meter import MeteredLM
 
@@ -72,9 +76,12 @@ def base_config(tmp_path: Path, data_dir: Path, api_base: str = ",".join(URLS)) 
 
 def sweep(base: RunConfig, replicas: list[Replica], *, grid: Grid = GRID, parallel_runs: int = 2, reports=None):
     return run_sweep(
-        grid, base, lm=[replica_lm(r) for r in replicas], progress=False, speed=SPEED, parallel_runs=parallel_runs,
-        report=(reports.append if reports is not None else lambda line: None),
-    )  # fmt: skip
+        grid,
+        base,
+        SweepOptions(progress=False, parallel_runs=parallel_runs),
+        Loaded(lm=[replica_lm(r) for r in replicas], speed=SPEED),
+        report=reports.append if reports is not None else lambda line: None,
+    )
 
 
 def test_two_runs_at_once_spread_every_configuration_once_over_both_replicas(tmp_path, data_dir):
@@ -98,14 +105,14 @@ def test_two_runs_at_once_spread_every_configuration_once_over_both_replicas(tmp
 
 
 def test_a_program_two_configurations_need_at_once_is_compiled_once(tmp_path, data_dir, monkeypatch):
-    compiled, real = [], sweep_run._compile
+    compiled, real = [], compiling.compile_once
 
-    def slow_compile(base, point, grid, **kwargs):
-        compiled.append((point.method, point.shots))
+    def slow_compile(config, train, **kwargs):
+        compiled.append((config.method, config.shots))
         time.sleep(0.3)  # long enough for the other configuration to ask for it meanwhile
-        return real(base, point, grid, **kwargs)
+        return real(config, train, **kwargs)
 
-    monkeypatch.setattr(sweep_run, "_compile", slow_compile)
+    monkeypatch.setattr(compiling, "compile_once", slow_compile)
     grid = replace(GRID, shots=(1,))
     result = sweep(base_config(tmp_path, data_dir), [Replica(), Replica()], grid=grid)
     assert len(result.ran) == 2 and compiled == [("rag", 1)]

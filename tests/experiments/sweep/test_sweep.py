@@ -23,12 +23,16 @@ from doubles import tokenizer_lm
 from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
-from ragscale.experiments.sweep.grid import Grid, Point, grid_points, parse_size
-from ragscale.experiments.sweep.ledger import LEDGER, RESULTS, SCORES, run_records
+from ragscale.experiments.sweep.allocation import allocate
+from ragscale.experiments.sweep.grid import Grid, Point, grid_points, parse_size, point_config
+from ragscale.experiments.sweep.ledger import ALLOCATION, LEDGER, RESULTS, SCORES, run_records
+from ragscale.experiments.sweep.outcome import PLOT
 from ragscale.experiments.sweep.report import budget_table
 from ragscale.experiments.sweep.rows import Row
-from ragscale.experiments.sweep.run import ALLOCATION, PLOT, allocate, run_sweep
+from ragscale.experiments.sweep.run import run_sweep
 from ragscale.experiments.sweep.scores import recheck
+from ragscale.experiments.sweep.setup import Loaded
+from ragscale.experiments.sweep.sitting import SweepOptions
 from ragscale.experiments.sweep.speed import Speed
 
 SPEED = Speed(1000.0, 100.0, "stated")  # given: else the sweep times two calls of its LM before planning
@@ -75,7 +79,11 @@ def swept(tmp_path_factory, smollm2_tokenizer, examples):
     lm = tokenizer_lm(smollm2_tokenizer, examples)
     reports: list[str] = []
     result = run_sweep(
-        GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED, report=reports.append
+        GRID,
+        base_config(runs_dir),
+        SweepOptions(progress=False),
+        Loaded(lm=lm, examples=examples, speed=SPEED),
+        report=reports.append,
     )
     return result, reports, runs_dir
 
@@ -182,7 +190,9 @@ def real_swept(tmp_path_factory, shared_datasets):
     train, dev = load_split("hotpotqa", "train", shared_datasets)[:8], load_split("hotpotqa", "dev", shared_datasets)
     base = replace(base_config(tmp_path_factory.mktemp("real") / "runs"), limit=4)
     lm = load_lm("smollm2-135m", cache=False, weights="fp32")  # the reference layout: the same answers on every CPU
-    return run_sweep(REAL_GRID, base, lm=lm, examples=(train, dev[:4]), progress=False, speed=SPEED)
+    return run_sweep(
+        REAL_GRID, base, SweepOptions(progress=False), Loaded(lm=lm, examples=(train, dev[:4]), speed=SPEED)
+    )
 
 
 @pytest.mark.slow
@@ -221,7 +231,10 @@ def test_the_plan_says_which_estimates_are_bounds_and_a_rerun_plan_that_they_are
     assert {line.split(" | ")[2] for line in first_plan.splitlines() if line.startswith("| iterdrag")} == {"bound"}
     assert {line.split(" | ")[2] for line in first_plan.splitlines() if line.startswith("| rag")} == {"counted"}
     again = run_sweep(
-        GRID, base_config(runs_dir), lm=tokenizer_lm(smollm2_tokenizer), examples=examples, progress=False, speed=SPEED
+        GRID,
+        base_config(runs_dir),
+        SweepOptions(progress=False),
+        Loaded(lm=tokenizer_lm(smollm2_tokenizer), examples=examples, speed=SPEED),
     )
     bases = {p.point.method: p.estimate.basis for p in again.plan}
     assert bases["iterdrag"] == "calibrated (2 runs)" and bases["rag"] == "calibrated (2 runs)"
@@ -242,7 +255,9 @@ def test_a_rerun_of_a_finished_sweep_runs_no_configuration(swept, smollm2_tokeni
     result, _, shared_runs = swept
     runs_dir = copy_runs(shared_runs, tmp_path)
     lm = tokenizer_lm(smollm2_tokenizer)
-    again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
+    again = run_sweep(
+        GRID, base_config(runs_dir), SweepOptions(progress=False), Loaded(lm=lm, examples=examples, speed=SPEED)
+    )
     assert again.ran == [] and lm.engine.calls == 0
     assert {r.key for r in again.rows} == {r.key for r in result.rows}
 
@@ -252,7 +267,9 @@ def test_the_ledger_is_not_needed_to_resume_the_mlflow_runs_are_enough(swept, sm
     runs_dir = copy_runs(shared_runs, tmp_path)
     (runs_dir / result.sweep_dir.relative_to(shared_runs.resolve()) / LEDGER).unlink()
     lm = tokenizer_lm(smollm2_tokenizer)
-    again = run_sweep(GRID, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED)
+    again = run_sweep(
+        GRID, base_config(runs_dir), SweepOptions(progress=False), Loaded(lm=lm, examples=examples, speed=SPEED)
+    )
     assert again.ran == [] and lm.engine.calls == 0
 
 
@@ -371,9 +388,12 @@ def test_a_sweep_goes_on_from_its_published_rows_on_a_fresh_machine(swept, smoll
     assert made["cpu"] and made["git_commit"]
     fresh = tmp_path / "fresh" / "runs"  # no MLflow store, no work folders, no ledger: only the published folder
     again = run_sweep(
-        GRID, base_config(fresh), lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, progress=False,
-        speed=SPEED, adopt_from=folder, report=lambda _: None,
-    )  # fmt: skip
+        GRID,
+        base_config(fresh),
+        SweepOptions(progress=False, adopt_from=folder),
+        Loaded(lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, speed=SPEED),
+        report=lambda _: None,
+    )
     assert again.ran == [] and again.failed == [] and len(again.rows) == len(result.rows)
     assert [r.run_id for r in again.oracle] == [r.run_id for r in result.oracle]
     assert (again.sweep_dir / "table.md").read_text() == (result.sweep_dir / "table.md").read_text()
@@ -384,14 +404,13 @@ def test_a_sweep_goes_on_from_its_published_rows_on_a_fresh_machine(swept, smoll
     assert len(load(folder).rows) == len(result.rows)
 
     from ragscale.experiments.identity import data_fingerprint
+    from ragscale.experiments.sweep.compiling import compile_once, compile_point, compiled_path
     from ragscale.experiments.sweep.ledger import COMPILED
-    from ragscale.experiments.sweep.run import _compile
 
     assert {p.name.rsplit("-", 1)[0] for p in (folder / COMPILED).glob("*.json")} >= {"drag-m2", "iterdrag-m2"}
-    kept = _compile(  # no LM and no training questions: it can only load what the sweep compiled
-        base_config(fresh), Point("iterdrag", 3, 2, 3), GRID, lm=None, retriever=None, train=[], docs_per_demo=None,
-        keep_in=again.sweep_dir / COMPILED, fingerprint=data_fingerprint(*examples),
-    )  # fmt: skip
+    config = point_config(base_config(fresh), compile_point(Point("iterdrag", 3, 2, 3), GRID))
+    saved = compiled_path(again.sweep_dir / COMPILED, config, data_fingerprint(*examples))
+    kept = compile_once(config, [], lm=None, retriever=None, saved=saved)  # no LM, no questions: it can only load
     assert any(predictor.demos for predictor in kept.predictors())
 
 
@@ -401,12 +420,12 @@ def test_a_sweep_stopped_at_its_time_limit_reports_what_finished_and_a_rerun_run
     grid = Grid(methods=("rag",), docs=(1,), shots=(0,), iterations=(1,), budgets=(3000,))
     base, lm = base_config(tmp_path / "runs"), tokenizer_lm(smollm2_tokenizer, examples)
     reports: list[str] = []
-    common = dict(lm=lm, examples=examples, progress=False, speed=SPEED)
-    stopped = run_sweep(grid, base, stop_after=0.0, report=reports.append, **common)
+    loaded = Loaded(lm=lm, examples=examples, speed=SPEED)
+    stopped = run_sweep(grid, base, SweepOptions(progress=False, stop_after=0.0), loaded, report=reports.append)
     assert stopped.ran == [] and stopped.failed == [] and len(stopped.stopped) == 3  # closed-book m=0, m=1, rag
     assert stopped.oracle == [] and any("not started, the time limit passed" in line for line in reports)
     assert (stopped.sweep_dir / "results.json").exists()
-    rest = run_sweep(grid, base, report=lambda _: None, **common)
+    rest = run_sweep(grid, base, SweepOptions(progress=False), loaded, report=lambda _: None)
     assert len(rest.ran) == 3 and rest.stopped == [] and len(rest.oracle) == 2
 
 
@@ -414,7 +433,7 @@ def test_the_time_limit_ends_the_configuration_in_flight_and_a_rerun_resumes_it(
     import dspy
     from doubles import MeteredLM, TokenizerEngine
 
-    from ragscale.experiments.sweep.run import TimeLimitError
+    from ragscale.experiments.sweep.stopping import TimeLimitError
 
     class ReachesTheLimit(TokenizerEngine):
         """Its first call is where the sweep's time limit passes: it sets the stopper's reason as the timer does."""
@@ -430,25 +449,26 @@ def test_the_time_limit_ends_the_configuration_in_flight_and_a_rerun_resumes_it(
                    context_window=8192)  # fmt: skip
     grid = Grid(methods=("rag",), docs=(1,), shots=(0,), iterations=(1,), budgets=(3000,), baselines=False)
     base, reports = replace(base_config(tmp_path / "runs"), threads=1), []
-    common = dict(examples=examples, progress=False, speed=SPEED)
-    stopped = run_sweep(grid, base, lm=lm, stop_after=3600.0, report=reports.append, **common)
+    loaded = Loaded(lm=lm, examples=examples, speed=SPEED)
+    stopped = run_sweep(grid, base, SweepOptions(progress=False, stop_after=3600.0), loaded, report=reports.append)
     assert stopped.ran == [] and stopped.failed == [] and len(stopped.stopped) == 1
     # not run to its end, as DSPy would let it, and the report says why
     assert any("ended, the time limit of 1 s passed" in line for line in reports)
     [killed] = tracking.finished_runs(base.runs_dir, statuses=("KILLED",))
     assert len(run_records(base.runs_dir, killed.info.run_id)) == 1  # the question it was answering finished
-    rest = run_sweep(grid, base, lm=tokenizer_lm(smollm2_tokenizer, examples), report=lambda _: None, **common)
+    loaded = replace(loaded, lm=tokenizer_lm(smollm2_tokenizer, examples))
+    rest = run_sweep(grid, base, SweepOptions(progress=False), loaded, report=lambda _: None)
     assert len(rest.ran) == 1 and rest.stopped == [] and rest.rows[0].run_id == killed.info.run_id  # resumed
 
 
 @pytest.fixture
 def taught(smollm2_tokenizer, examples, monkeypatch):
     """The teacher the sweep loads, and what happened to it: ``"loaded"``, ``("released", whether it was it)``."""
-    import ragscale.experiments.sweep.run as sweep_run
+    import ragscale.experiments.sweep.compiling as compiling
     import ragscale.programs.lm as lms
 
     teacher, events = tokenizer_lm(smollm2_tokenizer, examples), []
-    monkeypatch.setattr(sweep_run, "load_teacher_for", lambda config: events.append("loaded") or teacher)
+    monkeypatch.setattr(compiling, "load_teacher_for", lambda config: events.append("loaded") or teacher)
     monkeypatch.setattr(lms, "release_lm", lambda lm: events.append(("released", lm is teacher)))
     return teacher, events
 
@@ -456,8 +476,10 @@ def taught(smollm2_tokenizer, examples, monkeypatch):
 def test_the_teacher_is_released_once_every_compile_that_runs_it_is_done(tmp_path, smollm2_tokenizer, examples, taught):
     teacher, events = taught
     grid = Grid(methods=("iterdrag",), docs=(1,), shots=(0, 1, 2), iterations=(1,), budgets=(8000,), baselines=False)
-    common = dict(lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, progress=False, speed=SPEED)
-    result = run_sweep(grid, base_config(tmp_path / "runs"), teacher="smollm2-135m", **common)
+    loaded = Loaded(lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, speed=SPEED)
+    result = run_sweep(
+        grid, base_config(tmp_path / "runs"), SweepOptions(teacher="smollm2-135m", progress=False), loaded
+    )
     assert len(result.ran) == 3 and teacher.history  # m=1 and m=2 compiled on the teacher, m=0 needs none
     assert events == ["loaded", ("released", True)]
 
@@ -485,7 +507,12 @@ def test_the_allocation_model_is_stored_as_json_and_allocate_reads_it(swept):
 def test_configurations_over_the_largest_budget_are_skipped_before_running(tmp_path, smollm2_tokenizer, examples):
     lm = tokenizer_lm(smollm2_tokenizer)
     grid = Grid(methods=("drag",), docs=(1, 16), shots=(0,), iterations=(1,), budgets=(1000,), baselines=False)
-    result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
+    result = run_sweep(
+        grid,
+        base_config(tmp_path / "runs"),
+        SweepOptions(progress=False),
+        Loaded(lm=lm, examples=examples, speed=SPEED),
+    )
     status = {p.point.docs: p.status for p in result.plan}
     assert status == {1: "run", 16: "over budget"}
     assert [r.docs for r in result.rows] == [1]
@@ -496,7 +523,12 @@ def test_only_configurations_that_cannot_fit_are_skipped_an_iterdrag_bound_over_
 ):
     lm = tokenizer_lm(smollm2_tokenizer)
     grid = Grid(methods=("iterdrag",), docs=(1,), shots=(0,), iterations=(6,), budgets=(2000,), baselines=False)
-    result = run_sweep(grid, base_config(tmp_path / "runs"), lm=lm, examples=examples, progress=False, speed=SPEED)
+    result = run_sweep(
+        grid,
+        base_config(tmp_path / "runs"),
+        SweepOptions(progress=False),
+        Loaded(lm=lm, examples=examples, speed=SPEED),
+    )
     (item,) = result.plan
     assert item.estimate.low <= 2000 < item.estimate.high  # stopping at once fits; every follow-up would not
     assert item.status == "run" and result.rows[0].effective_context() <= 2000
@@ -507,20 +539,21 @@ def test_a_configuration_a_learned_estimate_puts_past_the_largest_budget_is_skip
 ):
     # IterDRAG k=1 runs first and teaches how many follow-ups the script asks; k=4 is then estimated from it.
     grid = Grid(methods=("iterdrag",), docs=(1, 4), shots=(0,), iterations=(3,), budgets=(100_000,), baselines=False)
-    common = dict(lm=tokenizer_lm(smollm2_tokenizer), examples=examples, progress=False, speed=SPEED)
-    measured = run_sweep(grid, base_config(tmp_path / "measured"), **common)
+    quiet = SweepOptions(progress=False)
+    loaded = Loaded(lm=tokenizer_lm(smollm2_tokenizer), examples=examples, speed=SPEED)
+    measured = run_sweep(grid, base_config(tmp_path / "measured"), quiet, loaded)
     wide = measured.plan[1].estimate
     assert wide.learned and wide.low * 1.1 < wide.tokens / 1.1
     budget = round(wide.tokens / 1.1 / 1.05)  # its fewest fit; its learned estimate exceeds it by more than 10%
     reports: list[str] = []
     cut = replace(grid, budgets=(budget,))
-    skipped = run_sweep(cut, base_config(tmp_path / "runs"), report=reports.append, **common)
+    skipped = run_sweep(cut, base_config(tmp_path / "runs"), quiet, loaded, report=reports.append)
     assert [p.status for p in skipped.plan] == ["run", "expected over budget"]
     assert [r.docs for r in skipped.rows] == [1] and skipped.failed == []
     assert any("k=4" in line and "skipped, expected over budget" in line for line in reports)
-    again = run_sweep(cut, base_config(tmp_path / "runs"), **common)  # now learned before it runs: in the plan
+    again = run_sweep(cut, base_config(tmp_path / "runs"), quiet, loaded)  # now learned before it runs: in the plan
     assert [p.status for p in again.plan] == ["done", "expected over budget"] and again.ran == []
-    asked = run_sweep(replace(cut, beyond_budget=True), base_config(tmp_path / "runs"), **common)
+    asked = run_sweep(replace(cut, beyond_budget=True), base_config(tmp_path / "runs"), quiet, loaded)
     assert [r.docs for r in asked.rows] == [1, 4] and len(asked.ran) == 1
 
 
@@ -529,25 +562,33 @@ def test_a_reader_that_teaches_itself_compiles_on_its_own_lm(tmp_path, smollm2_t
     grid = Grid(methods=("iterdrag",), docs=(1,), shots=(1,), iterations=(1,), budgets=(8000,), baselines=False)
     reader = tokenizer_lm(smollm2_tokenizer, examples)
     base = replace(base_config(tmp_path / "runs"), lm="smollm2-135m")
-    result = run_sweep(grid, base, teacher="smollm2-135m", lm=reader, examples=examples, progress=False, speed=SPEED)
+    result = run_sweep(
+        grid,
+        base,
+        SweepOptions(teacher="smollm2-135m", progress=False),
+        Loaded(lm=reader, examples=examples, speed=SPEED),
+    )
     assert len(result.ran) == 1 and events == [] and not teacher.history and reader.history
 
 
 def test_iterdrag_chains_are_written_at_few_documents_and_shown_with_each_configurations_k(
     tmp_path, smollm2_tokenizer, examples, monkeypatch
 ):
+    import ragscale.experiments.sweep.compiling as compiling
     import ragscale.experiments.sweep.run as sweep_run
     from ragscale.experiments.sweep.ledger import COMPILED
     from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last
 
-    monkeypatch.setattr(sweep_run, "CHAIN_DOCS", 1)
+    monkeypatch.setattr(compiling, "CHAIN_DOCS", 1)
     given, real = [], sweep_run.run_experiment
     monkeypatch.setattr(
         sweep_run, "run_experiment", lambda config, **kw: given.append(kw["compiled"]) or real(config, **kw)
     )
     grid = Grid(methods=("iterdrag",), docs=(3,), shots=(2,), iterations=(2,), budgets=(100_000,), baselines=False)
     base, lm = base_config(tmp_path / "runs"), tokenizer_lm(smollm2_tokenizer, examples)
-    result = run_sweep(grid, base, lm=lm, examples=examples, progress=False, speed=SPEED, report=lambda _: None)
+    result = run_sweep(
+        grid, base, SweepOptions(progress=False), Loaded(lm=lm, examples=examples, speed=SPEED), report=lambda _: None
+    )
     assert len(result.ran) == 1
     (kept,) = (result.sweep_dir / COMPILED).glob("iterdrag-m2-*.json")
     written = [d for p in json.loads(kept.read_text()).values() for d in p.get("demos", []) if "documents" in d]
@@ -566,13 +607,14 @@ def test_the_teacher_is_released_when_the_last_compile_it_would_run_is_skipped(
 ):
     _, events = taught
     grid = Grid(methods=("iterdrag",), docs=(4,), shots=(0, 1, 2), iterations=(1,), budgets=(100_000,), baselines=False)
-    common = dict(lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, progress=False, speed=SPEED)
-    measured = run_sweep(grid, base_config(tmp_path / "measured"), teacher="smollm2-135m", **common)
+    taught_by = SweepOptions(teacher="smollm2-135m", progress=False)
+    loaded = Loaded(lm=tokenizer_lm(smollm2_tokenizer, examples), examples=examples, speed=SPEED)
+    measured = run_sweep(grid, base_config(tmp_path / "measured"), taught_by, loaded)
     one, two = (p.estimate for p in measured.plan[1:])
     assert one.learned and two.learned and one.tokens * 1.1 < two.tokens / 1.1 and two.low < one.tokens
     events.clear()
     cut = replace(grid, budgets=(round(one.tokens * 1.1 + 1),))  # m=1 runs, compiled on the teacher; m=2 does not
-    result = run_sweep(cut, base_config(tmp_path / "runs"), teacher="smollm2-135m", **common)
+    result = run_sweep(cut, base_config(tmp_path / "runs"), taught_by, loaded)
     assert [p.status for p in result.plan] == ["run", "run", "expected over budget"]
     assert events == ["loaded", ("released", True)]
 
@@ -623,7 +665,11 @@ def test_iterdrag_under_a_larger_cap_carries_the_questions_that_stopped_before_a
         grid = Grid(methods=("iterdrag",), docs=(1,), shots=(0,), iterations=iterations, budgets=(8000,),
                     baselines=False)  # fmt: skip
         result = run_sweep(
-            grid, base_config(runs_dir), lm=lm, examples=examples, progress=False, speed=SPEED, report=reports.append
+            grid,
+            base_config(runs_dir),
+            SweepOptions(progress=False),
+            Loaded(lm=lm, examples=examples, speed=SPEED),
+            report=reports.append,
         )
         return result, reports, lm.engine.calls
 

@@ -1,0 +1,147 @@
+"""The command line's flags that name run settings, each defined once and added by every subcommand that takes it.
+
+A flag is a name, its ``add_argument`` settings and its help; its default is ``RunConfig``'s (``config.DEFAULTS``),
+which the help reads (``with_default``). ``ragscale run`` adds them without defaults (``argparse.SUPPRESS``: a flag
+left out keeps the TOML's value or the config's default); ``sweep``, ``allocate``, ``compare``, ``ingest`` and ``ask``
+add them with ``defaults=True``. A subcommand that asks something else of a flag (a sweep's teacher, the LM a stored
+sweep ran with) changes its help, or its default, where it adds it (``add_flag``).
+
+The registries behind the choices are imported when a parser is built, not when this module is."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, with_default
+
+LM_HELP = "a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base"
+
+
+def _model_flags() -> dict[str, dict[str, Any]]:
+    """The LM that answers, the one that teaches, and how prompts are written to them."""
+    from ragscale.programs.lm import ADAPTERS
+    from ragscale.programs.lm.models import WEIGHTS
+
+    return {
+        "--lm": {
+            "help": with_default(
+                "a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base", "lm"
+            )
+        },
+        "--teacher": {
+            "help": "an LM (e.g. qwen2.5-coder-1.5b) that runs the teacher program of bootstrap, random-search or "
+            "mipro: its traces become the demonstrations of --lm"
+        },
+        "--api-base": {"help": "URL of an OpenAI-compatible server (vLLM, SGLang)"},
+        "--teacher-api-base": {"help": "URL of the server of an openai/<model> --teacher"},
+        "--weights": {
+            "choices": WEIGHTS,
+            "help": "layout of a local model's linear layers on CPU: auto (the default: the fastest whose answers "
+            "match fp32's on this CPU), fp32 (oneDNN-packed float32, the reference), int8 (int8 weights for decode "
+            "steps), bf16 (bfloat16), int8-bf16 (int8 for decoding, bfloat16 for prefill), dense (torch's)",
+        },
+        "--adapter": {
+            "choices": sorted(ADAPTERS),
+            "help": with_default("how prompts are formatted and parsed", "adapter"),
+        },
+        "--reflection-lm": {
+            "help": "gepa: the LM that reads the feedback and rewrites instructions (default: the teacher, else --lm)"
+        },
+        "--no-cache": {"dest": "cache", "action": "store_false", "help": "bypass the DSPy LM cache"},
+    }
+
+
+def _method_flags() -> dict[str, dict[str, Any]]:
+    """The method, its documents and iterations, and how it is compiled."""
+    from ragscale.optimizers.metrics import METRICS
+    from ragscale.optimizers.teleprompters import OPTIMIZERS
+    from ragscale.programs import PROGRAMS
+
+    return {
+        "--method": {"choices": sorted(PROGRAMS), "help": "the RAG method"},
+        "--optimizer": {"choices": sorted(OPTIMIZERS), "help": with_default("teleprompter", "optimizer")},
+        "--docs": {"type": int, "help": with_default("documents retrieved per query (the paper's k)", "docs")},
+        "--iterations": {
+            "type": int,
+            "help": with_default("iterations of a method that iterates (IterDRAG's n)", "iterations"),
+        },
+        "--budget": {"help": "gepa: light, medium, heavy, or a cap on metric calls (default: light)"},
+        "--shots": {"type": int, "help": with_default("demonstrations per predictor (the paper's m)", "shots")},
+        "--docs-per-demo": {"type": int, "help": with_default("documents kept in each demonstration", "docs_per_demo")},
+        "--metric": {"choices": sorted(METRICS), "help": with_default("metric the teleprompter optimises", "metric")},
+    }
+
+
+def _data_flags() -> dict[str, dict[str, Any]]:
+    """The questions, and what is searched for them."""
+    from ragscale.data import DATASETS
+    from ragscale.programs.retrieval import RETRIEVERS
+
+    return {
+        "--dataset": {"choices": list(DATASETS), "help": "dataset folder under --data-dir"},
+        "--limit": {"type": int, "help": "evaluate on the first N questions"},
+        "--train-limit": {"type": int, "help": with_default("compile on the first N train questions", "train_limit")},
+        "--data-dir": {"type": Path, "help": "datasets folder (default: RAGSCALE_DATA_DIR or ../shared/datasets)"},
+        "--eval-file": {"type": Path, "help": "evaluate on this JSONL instead of dev.jsonl"},
+        "--retriever": {
+            "choices": RETRIEVERS,
+            "help": with_default("hybrid is dense + BM25, fused by RRF", "retriever"),
+        },
+        "--corpus": {"help": CORPUS_HELP},
+        "--chroma-url": {"help": "a chromadb server (default: embedded, under runs/)"},
+    }
+
+
+def _run_flags() -> dict[str, dict[str, Any]]:
+    """Where a run is kept, and how it runs."""
+    return {
+        "--runs-dir": {"type": Path, "help": with_default("MLflow store, indexes, artifacts", "runs_dir")},
+        "--threads": {"type": int, "help": with_default("questions answered in parallel", "threads")},
+        "--seed": {"type": int, "help": with_default("random seed", "seed")},
+        "--run-name": {"help": "MLflow run name (default: method-optimizer-dataset-lm-time)"},
+        "--trace": {
+            "action": "store_true",
+            "help": "MLflow traces of every question's module and LM calls, linked to the run (off: it costs time)",
+        },
+        "--no-autolog": {
+            "dest": "autolog",
+            "action": "store_false",
+            "help": "no DSPy compile and evaluation logging (mlflow.dspy.autolog's log_compiles, log_evals) while "
+            "compiling",
+        },
+        "--no-progress": {"dest": "progress", "action": "store_false", "help": "no progress bar"},
+    }
+
+
+def flags() -> dict[str, dict[str, Any]]:
+    """Every shared flag's ``add_argument`` settings, by its name."""
+    return {**_model_flags(), **_method_flags(), **_data_flags(), **_run_flags()}
+
+
+def dest_of(name: str, settings: dict[str, Any]) -> str:
+    """The attribute a flag sets: its ``dest``, else its name without dashes, ``-`` as ``_``."""
+    return settings.get("dest", name.lstrip("-").replace("-", "_"))
+
+
+def add_flag(
+    parser: argparse.ArgumentParser, name: str, *, defaults: bool = False, known: dict | None = None, **changes: Any
+) -> None:
+    """Add the shared flag ``name`` to ``parser`` (``known``: ``flags()``, when it is already built). ``defaults``
+    gives it ``RunConfig``'s default when it has one; ``changes`` replace its settings (``help``, ``default``,
+    ``required``)."""
+    settings = dict((known if known is not None else flags())[name])
+    dest = dest_of(name, settings)
+    settings["dest"] = dest
+    if defaults and dest in DEFAULTS and settings.get("action") is None:
+        settings["default"] = DEFAULTS[dest]
+    settings.update(changes)
+    parser.add_argument(name, **settings)
+
+
+def add_flags(parser: argparse.ArgumentParser, *names: str, defaults: bool = False) -> None:
+    """Add the shared flags ``names`` to ``parser``, in that order (``add_flag``)."""
+    known = flags()
+    for name in names:
+        add_flag(parser, name, defaults=defaults, known=known)
