@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.data.corpus import build_corpus, passage_id
-from ragscale.data.datasets import DATASETS, SPLITS, DatasetError
+from ragscale.data.datasets import DATASETS, SPLITS, DatasetError, read_jsonl
 
 POOLED = "all"
 QUESTIONS = "questions"
@@ -143,8 +143,6 @@ def _split_files(name: str, data_dir: Path) -> list[Path]:
 
 def _read(name: str, files: list[Path], data_dir: Path) -> Corpus:
     """A dataset corpus from its split ``files``, or a corpus file."""
-    from ragscale.data.datasets import read_jsonl
-
     if name in CORPORA:
         present = [path for path in files if path.is_file()]
         if not present:

@@ -21,16 +21,20 @@ One concept in one file: the comparison of tracked runs, from reading them back 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragscale.experiments import family
+from ragscale.experiments import family, tracking
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS
 from ragscale.experiments.paired import RESAMPLES, format_ci, paired_bootstrap
 from ragscale.experiments.provenance import PREFIX, differing
+from ragscale.programs import PROGRAMS
+from ragscale.programs.behaviour import is_rate
 
 
 @dataclass
@@ -71,8 +75,6 @@ class RunResult:
 def load_runs(runs_dir: Path, *, unfinished: bool = False) -> list[RunResult]:
     """Finished runs of the store under `runs_dir`, oldest first, with their predictions; with `unfinished`, also
     the FAILED and KILLED runs that logged predictions (their rows say so in the status column)."""
-    from ragscale.experiments import tracking
-
     statuses = ("FINISHED", "FAILED", "KILLED") if unfinished else ("FINISHED",)
     results = []
     for run in tracking.finished_runs(runs_dir, statuses=statuses):
@@ -119,8 +121,6 @@ def find_run(runs: Sequence[RunResult], ref: str) -> RunResult:
 def retrieves(run: RunResult) -> bool:
     """Whether the run's method searches a corpus (its ``Method.retrieves``); a method no longer registered is taken
     to retrieve."""
-    from ragscale.programs import PROGRAMS
-
     method = PROGRAMS.get(run.method)
     return method is None or method.retrieves
 
@@ -149,7 +149,6 @@ def format_behaviour(behaviour: Mapping[str, float]) -> str:
     """``name value`` pairs, rates as percentages; "none" for a method without a defining step."""
     if not behaviour:
         return "none"
-    from ragscale.programs.behaviour import is_rate
 
     return ", ".join(
         f"{name} {100 * value:.0f}%" if is_rate(name) else f"{name} {value:.2f}" for name, value in behaviour.items()
@@ -266,9 +265,6 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
 def format_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     """``compare_runs`` rows as CSV: one line per run, each CI as its difference, low and high; the behaviour as
     JSON."""
-    import csv
-    import io
-
     columns = ["run_id", "method", "optimizer", "dataset", "lm", "corpus", "corpus_sha256", "n", "failed", "status",
                "em", "f1", "em_diff", "em_low", "em_high", "em_p", "em_p_adjusted", "f1_diff", "f1_low", "f1_high",
                EFFECTIVE_CONTEXT,

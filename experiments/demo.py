@@ -15,10 +15,17 @@ reused by the others (same corpus, same key).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
+from ragscale.experiments.compare import compare_runs, format_table, load_runs
+from ragscale.experiments.config import RunConfig
+from ragscale.experiments.parts import load_lm_for
+from ragscale.experiments.runner import run_experiment
+from ragscale.experiments.tracking import is_local, tracking_uri
 from ragscale.process import prepare_process
+from ragscale.programs import method_named
 from ragscale.programs.lm.models import DEFAULT_LM
 
 TEACHER_LM = "qwen2.5-coder-1.5b"
@@ -39,13 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     args = parser.parse_args(argv)
     prepare_process()
-
-    from ragscale.experiments.compare import compare_runs, format_table, load_runs
-    from ragscale.experiments.config import RunConfig
-    from ragscale.experiments.parts import load_lm_for
-    from ragscale.experiments.runner import run_experiment
-    from ragscale.experiments.tracking import is_local, tracking_uri
-    from ragscale.programs import method_named
 
     start = time.perf_counter()
     configs = [
@@ -85,8 +85,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def ragscale_command() -> str:
     """The ``ragscale`` command of this Python, relative to the working folder where it lies inside it."""
-    import sys
-
     command = Path(sys.executable).parent / "ragscale"
     return str(command.relative_to(Path.cwd())) if command.is_relative_to(Path.cwd()) else str(command)
 

@@ -31,14 +31,22 @@ import csv
 import json
 import logging
 import os
+import resource
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import dspy
+from tqdm.auto import tqdm
+
 from ragscale.experiments import traces
 from ragscale.experiments.config import RunConfig
+from ragscale.optimizers.metrics import accuracy, exact_match, f1, retrieval_recall
+from ragscale.programs import PROGRAMS
+from ragscale.programs.lm import meter
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +86,6 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
     step on this question: ``program.behaviour``, ``{}`` for a failed question or a program without one), error
     (None, or "Type: message").
     """
-    import dspy
-
-    from ragscale.optimizers.metrics import accuracy, exact_match, f1, retrieval_recall
-    from ragscale.programs.lm import meter
-
     answers = list(example.answers)
     supporting = list(getattr(example, "supporting_titles", None) or []) if retrieves else []
     prediction, error, pred = "", None, None
@@ -124,8 +127,6 @@ def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
 def recorded_fields(program, prediction) -> dict[str, list]:
     """The list fields of ``prediction`` a record keeps: those ``program`` declares (``Method.record_fields``),
     and every other registered method's, empty, so that the records of every method have the same keys."""
-    from ragscale.programs import PROGRAMS
-
     names = dict.fromkeys(name for method in (*PROGRAMS.values(), program) for name in method.record_fields)
     own = set(program.record_fields) if prediction is not None else set()
     return {name: list(getattr(prediction, name, None) or []) if name in own else [] for name in names}
@@ -148,8 +149,6 @@ def evaluate(
     Records are flushed one by one: an interrupted run keeps everything that finished. `done` (records of an
     earlier attempt, by question id) are written first and their questions are not asked again.
     """
-    from tqdm.auto import tqdm
-
     ids = {str(ex.id) for ex in examples}
     records: list[dict] = [dict(r) for r in done if str(r["id"]) in ids]
     carried = {str(r["id"]) for r in records}
@@ -275,9 +274,6 @@ def summarize(
 
 def peak_rss_gb() -> float:
     """The process's peak resident memory so far, in GB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
-    import resource
-    import sys
-
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1e9 if sys.platform == "darwin" else peak * 1024 / 1e9
 

@@ -10,6 +10,8 @@ file-name-safe label. ``exclusive`` holds a lock file while processes that share
 from __future__ import annotations
 
 import fcntl
+import gzip
+import io
 import json
 import os
 import re
@@ -40,9 +42,6 @@ def write_jsonl(path: Path, rows: Iterable[Any]) -> None:
 def write_jsonl_gz(path: Path, rows: Iterable[Any]) -> None:
     """One JSON value per line, gzip-compressed with no timestamp (the same rows give the same bytes), written
     atomically: what a committed results folder holds."""
-    import gzip
-    import io
-
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     packed = io.BytesIO()
     with gzip.GzipFile(Path(path).name, "wb", fileobj=packed, mtime=0) as out:  # the header names the file

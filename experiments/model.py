@@ -32,8 +32,12 @@ import logging
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from ragscale.data import default_data_dir
+from ragscale.data.corpora import CORPORA, QUESTIONS, load_corpus, read_corpus_file
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,6 @@ class Searched:
 
 def _travels_by_name(corpus) -> bool:
     """A dataset corpus, or a corpus file that is still there: read again where the model loads."""
-    from ragscale.data.corpora import CORPORA, QUESTIONS
-
     return (corpus.name in CORPORA and corpus.name != QUESTIONS) or Path(corpus.name).is_file()
 
 
@@ -147,8 +149,6 @@ def log_program(program, *, lm: Mapping[str, Any], adapter: str, searched: Searc
 
 def _requirement() -> str:
     """ragscale pinned to the version installed here (unpinned in a source tree that is not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return f"ragscale=={version('ragscale')}"
     except PackageNotFoundError:
@@ -205,8 +205,6 @@ def default_index_dir() -> Path:
 
 
 def _retriever(config: Mapping[str, Any], artifacts: Mapping[str, str]):
-    from ragscale.data import default_data_dir
-    from ragscale.data.corpora import load_corpus, read_corpus_file
     from ragscale.programs.retrieval import build_retriever
 
     name = config["corpus"]

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from ragscale.experiments import family
 
 RESAMPLES = 2000
@@ -59,8 +61,6 @@ def paired_bootstrap(
     read from ``PRECISE`` draws (those first, then more from the same generator): ``resamples`` draws cannot give a p
     below 1 / ``resamples``, and Holm's rule over a family of m comparisons asks the smallest p to be below
     ``family.ALPHA`` / m, so with 2,000 draws a family of 100 could call nothing real however large a difference."""
-    import numpy as np
-
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples}")
     ids = sorted(set(a) & set(b))

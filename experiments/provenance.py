@@ -19,7 +19,9 @@ import importlib.metadata
 import subprocess
 from pathlib import Path
 
+from ragscale.data.corpora import is_corpus_file
 from ragscale.experiments.config import RunConfig
+from ragscale.programs.lm.models import PRESETS, resolve
 
 PACKAGES = ("dspy", "torch", "transformers", "chromadb", "mlflow")
 """The libraries whose versions change what a run computes or how it is recorded."""
@@ -82,8 +84,6 @@ def file_sha256(path: Path) -> str:
 def model_sha256(name: str) -> str | None:
     """The sha256 of LM ``name``'s weights: a preset's pinned one, a local file's, or over a model directory's
     config and weight files (in name order); None for a model on a server."""
-    from ragscale.programs.lm.models import PRESETS, resolve
-
     preset = PRESETS.get(name)
     if preset is not None and preset.sha256:
         return preset.sha256
@@ -122,8 +122,6 @@ def provenance_tags(config: RunConfig, corpus=None) -> dict[str, str]:
 def data_files(config: RunConfig) -> dict[str, Path]:
     """The dataset files a run of ``config`` reads, by the MLflow dataset context they serve: the training file
     (demonstrations), the evaluation file, and a corpus given as a file."""
-    from ragscale.data.corpora import is_corpus_file
-
     files = {"train": config.train_path, "eval": config.eval_path}
     if is_corpus_file(config.corpus):
         files["corpus"] = Path(config.corpus)

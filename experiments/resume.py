@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError
+from ragscale.experiments.files import write_json
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,6 @@ def finished_records(path: Path) -> list[dict[str, Any]]:
 def save_compile(work: Path, cost: Mapping[str, Any]) -> None:
     """What compiling cost (compile_s, and the LM calls, input_tokens and output_tokens it made), kept beside
     ``program.json`` for a resumed run."""
-    from ragscale.experiments.files import write_json
-
     write_json(work / COMPILE, dict(cost))
 
 

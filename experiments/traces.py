@@ -24,6 +24,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ragscale.experiments import tracking
+
 log = logging.getLogger(__name__)
 
 RUN_TAG = "ragscale.run_id"
@@ -75,8 +77,6 @@ def _autolog(**options: bool) -> Iterator[bool]:
 def tracing(runs_dir: Path, run_id: str) -> Iterator[None]:
     """Trace the questions answered inside the block into run ``run_id`` (see the module docstring); the traces
     are linked to the run however the block ends."""
-    from ragscale.experiments import tracking
-
     try:
         with tracking.pointed_at(runs_dir), _autolog(log_traces=True, log_traces_from_compile=False):
             token = _RUN.set(run_id)
@@ -94,16 +94,12 @@ def compile_logging(runs_dir: Path, run_id: str) -> Iterator[None]:
     ``run_id`` for the block: each teleprompter's best program as JSON (``best_model.json``), its trainset and
     valset as tables, the LM's settings, and a nested run with its score for each evaluation a teleprompter makes
     (random-search's and MIPRO's candidates). No trace of each call is kept (``--trace`` does that)."""
-    from ragscale.experiments import tracking
-
     with tracking.active(runs_dir, run_id), _autolog(log_traces=False, log_compiles=True, log_evals=True):
         yield
 
 
 def link(runs_dir: Path, run_id: str) -> int:
     """Link the traces tagged with ``run_id`` to the run; returns how many."""
-    from ragscale.experiments import tracking
-
     client = tracking.client(runs_dir)
     experiment = tracking.experiment_id(client, runs_dir)
     ids, page = [], None

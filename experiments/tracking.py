@@ -16,9 +16,11 @@ two runs started together on a new runs directory do not both create the tables.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -117,8 +119,6 @@ def start_run(
 
 def log_metrics(runs_dir: Path, run_id: str, metrics: Mapping[str, float | None]) -> None:
     """Log numeric metrics; None values (e.g. recall of a closed-book run) are left out."""
-    import time
-
     go_offline()
     from mlflow.entities import Metric
 
@@ -190,8 +190,6 @@ def log_data_files(runs_dir: Path, run_id: str, files: Mapping[str, Path]) -> No
     """Log each file of ``files`` (context, e.g. "train" or "eval" -> path) as an MLflow dataset input of the run:
     named by its folder and file name, its digest the first 32 hex digits of its sha256 (MLflow keeps 36
     characters), the whole sha256 and size in its profile."""
-    import json
-
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     from ragscale.experiments.provenance import file_sha256

@@ -17,8 +17,11 @@ demonstration of its predictor, in the order the program made them: a decomposit
 asked, then the stop.
 """
 
+import contextvars
+import copy
 import logging
 import random
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dspy
@@ -91,10 +94,6 @@ class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
         return teacher
 
     def _bootstrap(self, *, max_bootstraps: int | None = None) -> None:
-        import contextvars
-        import copy
-        from concurrent.futures import ThreadPoolExecutor
-
         max_bootstraps = max_bootstraps or self.max_bootstrapped_demos
         self.name2traces = {name: [] for name in self.name2predictor}
         bootstrapped: set[int] = set()

@@ -11,6 +11,7 @@ count makes the check itself use unbounded memory. ``fits_context`` takes those 
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from statistics import NormalDist, fmean, pstdev
 from typing import Any
 
 import dspy
@@ -172,8 +173,6 @@ def typical_document(passages: Sequence[Mapping], k: int, percentile: float = 95
     z standard deviations over the square root of k, a normal approximation of the mean of k draws), and never
     longer than the ``percentile``-th percentile of one passage's length. One passage (k = 1) is judged by that
     percentile itself; 200 passages are judged by about their mean, which is what their sum comes to."""
-    from statistics import NormalDist, fmean, pstdev
-
     documents = sorted((format_passage(Passage(id="", title=p["title"], text=p["text"])) for p in passages), key=len)
     if not documents:
         return ""

@@ -9,6 +9,7 @@ from typing import Any
 import dspy
 
 from ragscale.optimizers.base import Teleprompter
+from ragscale.optimizers.feedback import with_feedback
 from ragscale.programs.base import Method
 
 logger = logging.getLogger(__name__)
@@ -38,8 +39,6 @@ class GEPA(Teleprompter):
         self.budget = budget
 
     def learn(self, student: Method, trainset: list, valset: list | None) -> Method:
-        from ragscale.optimizers.feedback import with_feedback
-
         reflection_lm = self.reflection_lm or self.teacher_lm or dspy.settings.lm
         budget = self.budget or "light"
         limit = {"auto": budget} if budget in GEPA_BUDGETS else {"max_metric_calls": int(budget)}

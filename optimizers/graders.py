@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import dspy
 
+from ragscale.optimizers.teleprompters import compile_with, teleprompter
 from ragscale.programs.base import Method
 from ragscale.programs.calibration import CalibratedPredict
 from ragscale.programs.retrieval import Passage, format_passage
@@ -117,8 +118,6 @@ def compile_graders(
     will grade. ``optimizer`` is a name in ``OPTIMIZERS``, built with ``kwargs`` as ``compile_program`` builds it (lm,
     adapter, seed, ...), or a teleprompter already built, copied onto ``grade_match``. A program without graders, or
     ``none``, is returned as it is."""
-    from ragscale.optimizers.teleprompters import compile_with, teleprompter
-
     targets = graders(program)
     if not targets or getattr(optimizer, "name", optimizer) == "none":
         return program

@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments import family
+from ragscale.experiments.paired import format_ci, paired_bootstrap
+
 CLAIMS = (
     ("retrieval beats closed-book", "rag-none", "closed-book-none"),
     ("demonstrations with their documents beat RAG's (DRAG)", "drag-bootstrap", "rag-none"),
@@ -35,8 +38,6 @@ CLAIMS = (
 def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
     """Each claim with, per folder, its comparison (``ci``: a ``BootstrapCI`` adjusted with the family, None where
     the folder lacks a run) and verdict."""
-    from ragscale.experiments import family
-    from ragscale.experiments.paired import paired_bootstrap
     from ragscale.published.runs import load, points_by_run
 
     em = {folder: points_by_run(load(folder)[1]) for folder in folders}
@@ -59,16 +60,12 @@ def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> l
 
 
 def _found(ci) -> dict[str, Any] | None:
-    from ragscale.experiments import family
-
     return None if ci is None else {"ci": ci, "verdict": family.VERDICTS[family.direction(ci)]}
 
 
 def table(folders: Sequence[Path], labels: Sequence[str]) -> str:
     """The claims as a markdown table: a column per folder (headed by ``labels``), each cell the EM difference with
     its 95% CI and the verdict."""
-    from ragscale.experiments.paired import format_ci
-
     lines = [
         "| claim | compared | " + " | ".join(labels) + " |",
         "|---|---|" + "---|" * len(labels),

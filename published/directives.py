@@ -44,6 +44,11 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from ragscale.experiments import family
+from ragscale.experiments.paired import format_ci
+from ragscale.published import core_claims
+from ragscale.published.documents import directive
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 """The published folders, one per benchmark's results."""
@@ -136,8 +141,6 @@ def _block(text: str) -> str:
 
 
 def _rule(kind: str, args: list[str]) -> str:
-    from ragscale.experiments import family
-
     return family.RULE
 
 
@@ -159,8 +162,6 @@ def _paper(kind: str, args: list[str]) -> str:
 
 
 def _claims(kind: str, args: list[str]) -> str:
-    from ragscale.published import core_claims
-
     labelled = [arg.partition("=") for arg in args]
     missing = [folder for _, _, folder in labelled if not (RESULTS / folder).is_dir()]
     if not args or missing or any(not label for label, _, _ in labelled):
@@ -170,8 +171,6 @@ def _claims(kind: str, args: list[str]) -> str:
 
 
 def _documents(kind: str, args: list[str]) -> str:
-    from ragscale.published.documents import directive
-
     try:
         folder = (args or [""])[0]
         ready = _loaded(folder) if _published(folder) else None
@@ -237,8 +236,6 @@ def _sweep(kind: str, args: list[str]) -> str:
 
 
 def _diff(kind: str, args: list[str]) -> str:
-    from ragscale.experiments.paired import format_ci
-
     return format_ci(_compared(args[0], args[2])[args[1]]["ci"])
 
 

@@ -18,6 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments import family
+from ragscale.experiments.paired import format_ci, paired_bootstrap
+
 KEPT = ("id", "kind", "answers", "passages", "rank", "answer_in_passages", "answer", "acc", "em", "lm_calls",
         "seconds", "grades")  # fmt: skip
 """What is committed of each answered question."""
@@ -46,9 +49,6 @@ def differences(records: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
     """Each configuration after the first against the first, paired over the questions both answered: a
     ``paired.BootstrapCI`` in points per score of ``COMPARED``, each score's differences adjusted together
     (``family.adjust``, Holm)."""
-    from ragscale.experiments import family
-    from ragscale.experiments.paired import paired_bootstrap
-
     (_, first), *others = records.items()
     found: dict[str, dict[str, Any]] = {name: {} for name, _ in others}
     for score in COMPARED:
@@ -76,8 +76,6 @@ def table(records: dict[str, list[dict]], k: int) -> str:
 
 def versus(records: dict[str, list[dict]], k: int) -> str:
     """The markdown table of each configuration's ``differences`` against the first."""
-    from ragscale.experiments.paired import format_ci
-
     head = ["chunks", *(s.replace("@k", f"@{k}") for s in COMPARED)]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---|" * len(COMPARED)]
     for name, cis in differences(records).items():
@@ -104,7 +102,6 @@ def directive(folder: Path, args: Sequence[str], loaded: tuple[dict, dict[str, l
     against the first configuration, as ``versus`` shows it), ``relevant CONFIG`` (its grades), ``cost SETUP`` (the
     LM calls and seconds that writing a collection's contexts took); ``loaded``: the folder's manifest and records if
     already read (``runs.load``). Raises ValueError naming what is not there."""
-    from ragscale.experiments.paired import format_ci
     from ragscale.published.runs import load
 
     if loaded is None:

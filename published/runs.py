@@ -22,9 +22,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments import family, tracking
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.files import write_json, write_jsonl_gz
+from ragscale.experiments.paired import format_ci, paired_bootstrap
+from ragscale.experiments.provenance import PREFIX, git_state, machine
+from ragscale.experiments.runner import PROGRAM
 from ragscale.experiments.sweep.adopt import MANIFEST, read_records
+from ragscale.experiments.sweep.ledger import run_records
+from ragscale.programs import PROGRAMS
 
 KEPT = (
     "id", "prediction", "answers", "em", "f1", "acc", "retrieval_recall", "passage_ids", "lm_calls", "input_tokens",
@@ -41,9 +47,6 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
     beside the runs the folder already holds: a run of the same row and optimizer replaces its row, the others
     stay, so a table measured over several sittings, or machines, gathers in one folder (each run keeps the
     machine and date it was made on)."""
-    from ragscale.experiments import tracking
-    from ragscale.experiments.runner import PROGRAM
-
     folder.mkdir(parents=True, exist_ok=True)
     client = tracking.client(runs_dir)
     runs = load_manifest(folder)["runs"] if (folder / MANIFEST).exists() else {}
@@ -63,8 +66,6 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
 def write_records(path: Path, runs_dir: Path, run_id: str, name: str) -> None:
     """A finished run's per-question records cut to ``KEPT``, gzip-compressed to ``path`` so that the same records
     give the same bytes; a run whose records cannot be read fails naming it (``name``)."""
-    from ragscale.experiments.sweep.ledger import run_records
-
     records = run_records(runs_dir, run_id)
     if records is None:
         raise FileNotFoundError(f"run {run_id} ({name}) has no per-question records to publish")
@@ -86,8 +87,6 @@ def provenance(made_by: dict[str, str | None], command: str) -> dict[str, Any]:
 def made_here() -> dict[str, str | None]:
     """This machine, the git commit checked out and today's date, as a run records where it was made: what a
     benchmark takes when it starts, so that a commit made while it runs is not named as its code."""
-    from ragscale.experiments.provenance import git_state, machine
-
     made_by = {"git_commit": None, "git_dirty": None, **machine(), **git_state()}
     return {**made_by, "date": datetime.now(UTC).date().isoformat()}
 
@@ -115,8 +114,6 @@ def publish_rows(
 def made(run: Any) -> dict[str, str | None]:
     """Where and when an MLflow run was made: the ``MADE`` tags it recorded (``provenance.py``) and the date it
     started."""
-    from ragscale.experiments.provenance import PREFIX
-
     date = datetime.fromtimestamp(run.info.start_time / 1000, UTC).date().isoformat()
     return {**{k: run.data.tags.get(PREFIX + k) for k in MADE}, "date": date}
 
@@ -147,8 +144,6 @@ def row_of(params: dict[str, str]) -> str:
 def table_order(rows: dict[str, tuple[str, str]]) -> list[str]:
     """The names of ``rows`` (name -> row, optimizer) in a table's order: each method as registered, uncompiled
     first, then the rows no method names (the oracles) by name."""
-    from ragscale.programs import PROGRAMS
-
     order = list(PROGRAMS)
 
     def place(name: str) -> tuple:
@@ -183,9 +178,6 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
     (``evaluate.record_scores``), its questions per minute (the manifest's, a timing), and its EM against the run
     named ``baseline``, paired over question ids and adjusted with the folder's other differences as one family
     (``ci``: None for the baseline)."""
-    from ragscale.experiments import family
-    from ragscale.experiments.paired import paired_bootstrap
-
     manifest, records = load(folder)
     if baseline not in records:
         raise KeyError(f"{folder}: no run named {baseline!r}; its runs: {', '.join(records)}")
@@ -209,8 +201,6 @@ def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 
 def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> str:
     """The markdown table of the runs in ``folder`` against the run named ``baseline``, every number but questions
     per minute re-derived from the records (``compared``)."""
-    from ragscale.experiments.paired import format_ci
-
     lines = [
         "| method | optimizer | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q | effective context / q "
         "| q / min |",
@@ -230,9 +220,6 @@ def compiled_table(folder: Path, against: str = "none") -> str:
     """Each method's runs in ``folder`` against its run under the optimizer ``against`` (by default its uncompiled
     run), paired over question ids: EM, whose differences are one family (``family.adjust``), and F1 beside it,
     adjusted as its own."""
-    from ragscale.experiments import family
-    from ragscale.experiments.paired import format_ci, paired_bootstrap
-
     manifest, records = load(folder)
     params = {name: run["params"] for name, run in manifest["runs"].items()}
     pairs = [

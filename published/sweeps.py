@@ -24,12 +24,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError
-from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.files import write_json
 from ragscale.experiments.sweep.adopt import MANIFEST, copy_compiled, manifest_of, read_records
+from ragscale.experiments.sweep.claims import check_claims, format_claims, format_verdicts
 from ragscale.experiments.sweep.grid import file_label
+from ragscale.experiments.sweep.heldout import HeldOut
+from ragscale.experiments.sweep.ledger import RESULTS
+from ragscale.experiments.sweep.report import (
+    budget_table,
+    fit_allocation,
+    format_allocation,
+    format_estimates,
+    format_grid,
+    format_table,
+    plot,
+)
 from ragscale.experiments.sweep.rows import Row
+from ragscale.experiments.sweep.scores import read
 from ragscale.published.runs import made, points_by_run, write_records
 
 SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question")
@@ -63,11 +77,6 @@ class Sweep:
 def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> Path:
     """Copy the finished rows of the sweep whose results are in ``sweep_dir`` (its runs in the store ``runs_dir``,
     or adopted) to ``folder``, keeping the rows the folder already holds (see the module docstring)."""
-    from ragscale.experiments import tracking
-    from ragscale.experiments.sweep.ledger import RESULTS
-    from ragscale.experiments.sweep.report import plot
-    from ragscale.experiments.sweep.scores import read
-
     results = read(Path(sweep_dir) / RESULTS)
     if "dataset" not in results:
         raise ConfigError(
@@ -111,8 +120,6 @@ def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> P
 
 def load(folder: Path) -> Sweep:
     """A published sweep with each row's scores re-derived from its records (see the module docstring)."""
-    from ragscale.experiments.evaluate import record_scores
-
     manifest = manifest_of(folder)
     parts: dict[str, list[Row]] = {"rows": [], "oracle": []}
     records: dict[str, list[dict]] = {}  # by run id
@@ -128,17 +135,6 @@ def load(folder: Path) -> Sweep:
 def report(sweep: Sweep) -> dict[str, str]:
     """What the sweep reported, made again from its records alone: ``PARTS`` by name, each as the sweep's
     ``table.md`` writes it."""
-    from ragscale.experiments.sweep.claims import check_claims, format_claims, format_verdicts
-    from ragscale.experiments.sweep.heldout import HeldOut
-    from ragscale.experiments.sweep.report import (
-        budget_table,
-        fit_allocation,
-        format_allocation,
-        format_estimates,
-        format_grid,
-        format_table,
-    )
-
     rows, budgets = sweep.rows, sweep.budgets
     fitted = fit_allocation(rows, budgets, sweep.manifest["dataset"])
     held_out = HeldOut(lambda row: sweep.em.get(row.run_id), rows)

@@ -4,8 +4,12 @@ and logging it to MLflow's active run as a model that travels (``experiments/mod
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from ragscale.experiments.model import log_program
+from ragscale.optimizers.metrics import METRICS
 
 if TYPE_CHECKING:
     import dspy
@@ -65,7 +69,6 @@ def _compile_by_name(
     """``program`` compiled as ``ragscale run`` compiles it (``optimizers.method.compile_method``), the metric and
     the LMs given by name looked up."""
     from ragscale.optimizers.method import compile_method
-    from ragscale.optimizers.metrics import METRICS
     from ragscale.programs.lm import load_lm
 
     if isinstance(metric, str):
@@ -93,14 +96,11 @@ def _log_if_tracked(program: Method) -> None:
     """Log ``program`` to MLflow's active run, if there is one, as the model ``model``. Compiling is done by then,
     so a program that cannot be logged (a function retriever, an LM that names no model, a store that fails) is
     said so in a warning and returned all the same."""
-    import sys
-
     if "mlflow" not in sys.modules:  # no run can be active in a process that never imported MLflow
         return
     import dspy
     import mlflow
 
-    from ragscale.experiments.model import log_program
     from ragscale.programs.lm import adapter_name, lm_reference
 
     if mlflow.active_run() is None:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ragscale.experiments.paired import paired_bootstrap
+
 if TYPE_CHECKING:
     import dspy
 
@@ -37,8 +39,6 @@ class Evaluation:
         """This evaluation against ``other`` on the questions both answered, pair by pair: the mean difference of
         ``metric`` (``em``, ``f1`` or ``acc``) in points, its paired bootstrap 95% CI and p-value
         (``experiments.paired.BootstrapCI``: ``diff``, ``low``, ``high``, ``n``, ``p``)."""
-        from ragscale.experiments.paired import paired_bootstrap
-
         if metric not in ("em", "f1", "acc"):
             raise ValueError(f"unknown metric {metric!r}; valid choices: em, f1, acc")
         mine, theirs = ({r["id"]: 100 * r[metric] for r in e.records} for e in (self, other))

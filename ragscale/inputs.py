@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragscale import data
+
 if TYPE_CHECKING:
     import dspy
 
@@ -43,15 +45,10 @@ def load_corpus(name: str | Path, data_dir: str | Path | None = None) -> Corpus:
     """A corpus to search (``data.corpora``): a dataset's every paragraph (``"hotpotqa"``, ...), ``"all"`` of them,
     or a JSONL file (FlashRAG's ``{id, contents}`` or ``{id, title, text}``); ``data_dir`` defaults to the shared
     datasets folder (``RAGSCALE_DATA_DIR``)."""
-    from ragscale.data import default_data_dir
-    from ragscale.data import load_corpus as load
-
-    return load(str(name), Path(data_dir) if data_dir is not None else default_data_dir())
+    return data.load_corpus(str(name), Path(data_dir) if data_dir is not None else data.default_data_dir())
 
 
 def load_split(dataset: str, split: str = "dev", data_dir: str | Path | None = None) -> list[dspy.Example]:
     """A dataset's questions as ``dspy.Example`` objects (``question``, ``answers``, ``paragraphs``, ...): ``dataset``
     one of ``ragscale.data.DATASETS`` and ``split`` ``"train"`` or ``"dev"``."""
-    from ragscale.data import load_split as load
-
-    return load(dataset, split, Path(data_dir) if data_dir is not None else None)
+    return data.load_split(dataset, split, Path(data_dir) if data_dir is not None else None)

@@ -8,9 +8,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragscale.data.corpora import Corpus
+from ragscale.experiments.model import Searched
+from ragscale.inputs import load_corpus
+
 if TYPE_CHECKING:
-    from ragscale.data.corpora import Corpus
-    from ragscale.experiments.model import Searched
     from ragscale.programs.retrieval import Passage, Retriever
     from ragscale.programs.retrieval.function import FunctionRetriever
 
@@ -37,7 +39,6 @@ def retriever(
     ``index_dir``, named by the corpus's sha256, and found there again. A program over a corpus retriever can be
     logged as an MLflow model (the corpus travels with it); one over a function cannot.
     """
-    from ragscale.experiments.model import Searched
     from ragscale.programs.retrieval import build_retriever
     from ragscale.programs.retrieval.function import FunctionRetriever, is_plain_function
 
@@ -52,14 +53,11 @@ def retriever(
 
 def _corpus(source: Any, data_dir: str | Path | None) -> Corpus:
     """``source`` as a ``Corpus``; anything that is not one of ``retriever``'s sources raises ``TypeError``."""
-    from ragscale.data.corpora import Corpus
     from ragscale.programs.retrieval.function import as_passage
 
     if isinstance(source, Corpus):
         return source
     if isinstance(source, str | Path):
-        from ragscale.inputs import load_corpus
-
         return load_corpus(source, data_dir)
     if isinstance(source, Iterable) and not isinstance(source, Mapping):
         corpus = Corpus("passages", [])

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+from ragscale.experiments.tracking import tracking_uri
 
 if TYPE_CHECKING:
     from ragscale.experiments.config import RunConfig
@@ -27,8 +31,6 @@ def run(
     ``mlflow.start_run()`` on the same store, the run is a child of yours. More than
     ``max_failed`` of the questions failing ends the run FAILED and raises ``RunFailedError``.
     """
-    from dataclasses import replace
-
     from ragscale.experiments.config import RunConfig
     from ragscale.experiments.inputs import check_inputs
     from ragscale.experiments.runner import run_experiment
@@ -41,13 +43,9 @@ def run(
 
 def _callers_run(runs_dir) -> str | None:
     """The caller's active MLflow run, when it is in the store the run tracks into."""
-    import sys
-
     if "mlflow" not in sys.modules:  # no run can be active in a process that never imported MLflow
         return None
     import mlflow
-
-    from ragscale.experiments.tracking import tracking_uri
 
     active = mlflow.active_run()
     return active.info.run_id if active is not None and mlflow.get_tracking_uri() == tracking_uri(runs_dir) else None

@@ -58,19 +58,20 @@ def _sources() -> dict[str, Path]:
     return modules
 
 
+def _imported(node: ast.AST, modules: dict[str, Path]) -> list[str]:
+    """The modules an import statement names (none for another node): ``from a.b import c`` is ``a.b.c`` when that
+    is a ragscale module, else ``a.b``."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [name for alias in node.names if (name := f"{node.module}.{alias.name}") in modules] or [node.module]
+    return []
+
+
 def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The ragscale modules a file imports: ``from a.b import c`` is ``a.b.c`` when that is a module, else ``a.b``."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
-            names = [name for name in names[:-1] if name in modules] or [node.module]
-        else:
-            continue
-        found.update(name for name in names if name.startswith("ragscale."))
-    return found
+    """The ragscale modules a file imports, those inside functions included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return {name for node in ast.walk(tree) for name in _imported(node, modules) if name.startswith("ragscale.")}
 
 
 def _graph() -> dict[str, set[str]]:

@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pdfplumber
+from pypdf import PdfReader
+from pypdf.errors import PdfReadError
+
 from ragscale.data.documents.chunks import (
     DEFAULT_MAX_TOKENS,
     Block,
@@ -185,10 +189,6 @@ def _picture_regions(page: Any, tables: list[tuple[float, ...]]) -> list[_Region
 
 def _open_pdf(path: Path) -> Any:
     """pdfplumber's PDF after pypdf's checks: empty, not a PDF, encrypted -> DocumentError naming the file."""
-    import pdfplumber
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
-
     try:
         reader = PdfReader(str(path))
         if reader.is_encrypted and not reader.decrypt(""):

@@ -7,7 +7,13 @@ its text with RapidOCR, whose wheel ships its ONNX models (method ``ocr:rapidocr
 
 from __future__ import annotations
 
+import base64
+import io
+import json
+import urllib.request
 from typing import Any, Protocol
+
+import numpy as np
 
 
 class PictureDescriber(Protocol):
@@ -29,8 +35,6 @@ class OCRDescriber:
         self.min_confidence = min_confidence
 
     def describe(self, image: Any, *, caption: str) -> tuple[str, str]:
-        import numpy as np
-
         if OCRDescriber._engine is None:
             try:
                 from rapidocr_onnxruntime import RapidOCR
@@ -62,11 +66,6 @@ class VLMDescriber:
         self.method = f"vlm:{model}"
 
     def describe(self, image: Any, *, caption: str) -> tuple[str, str]:
-        import base64
-        import io
-        import json
-        import urllib.request
-
         buffer = io.BytesIO()
         image.save(buffer, format="PNG")
         url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -9,6 +9,8 @@ from typing import Any
 
 from ragscale.experiments.collection.store import Collection
 from ragscale.experiments.config import DEFAULTS, ConfigError
+from ragscale.programs import build_program
+from ragscale.programs.retrieval.rerank import Reranker
 
 
 def sources(passages: Sequence[Any], chunks: Mapping[str, Mapping]) -> list[dict]:
@@ -53,10 +55,7 @@ def ask(
         raise ConfigError(f"no collection {collection!r} under {store.root.parent}: run `ragscale ingest` first")
     retriever = store.retriever(retriever_kind)
     if rerank_depth > 0:
-        from ragscale.programs.retrieval.rerank import Reranker
-
         retriever = Reranker(retriever, depth=rerank_depth, order=rerank_order)
-    from ragscale.programs import build_program
 
     try:
         program = build_program(method, retriever, k=docs, iterations=iterations)

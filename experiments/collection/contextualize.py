@@ -13,6 +13,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from dspy.utils.exceptions import AdapterParseError
+
+from ragscale.programs.contextualize import Contextualize
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY = 16
@@ -40,16 +44,12 @@ def contextualize_chunks(
     `dspy.settings`; new contexts are added to `cache`, and `checkpoint()` is called every `CHECKPOINT_EVERY` of
     them (to save the cache). Runs `threads` LM calls at a time. A reply that cannot be parsed gives an empty
     context (cached too: decoding is greedy, so asking again gives the same reply)."""
-    from ragscale.programs.contextualize import Contextualize
-
     document = "\n\n".join(c["text"] for c in chunks)
     keys = [context_key(model, document, c["text"]) for c in chunks]
     todo = [i for i, key in enumerate(keys) if key not in cache]
     program = Contextualize(max_document_chars=max_document_chars)
 
     def one(i: int) -> str:
-        from dspy.utils.exceptions import AdapterParseError
-
         try:
             return program(document=document, chunk=chunks[i]["text"]).context
         except AdapterParseError as error:  # a small model may reply with nothing usable: index the chunk as is

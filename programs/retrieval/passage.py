@@ -7,9 +7,12 @@ reverses it (the DRAG paper places the most relevant passage last, closest to th
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from tqdm import tqdm
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,6 @@ def corpus_passages(corpus: Sequence[Mapping]) -> list[Passage]:
 def corpus_key(passages: Sequence[Passage], *parts: str) -> str:
     """A short hash naming a corpus given without its digest: the passages (id, title and text, in id order)
     plus extra ``parts``. A changed corpus, or a changed part, gives a new key."""
-    import hashlib
-
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part.encode("utf-8") + b"\0")
@@ -112,8 +113,6 @@ def corpus_key(passages: Sequence[Passage], *parts: str) -> str:
 def index_key(corpus: str, *parts: str) -> str:
     """The name of one index over a corpus: the corpus's key followed by a short hash of what else decides the
     index (the retriever, the tokenizer or the embedder), so every index of a corpus starts with its key."""
-    import hashlib
-
     return f"{corpus}-{hashlib.sha256(chr(0).join(parts).encode('utf-8')).hexdigest()[:8]}"
 
 
@@ -121,6 +120,5 @@ def progress_bar(total: int, desc: str, show: bool = True):
     """A tqdm bar counting passages, with passages/s and the ETA; None when not ``show``n."""
     if not show:
         return None
-    from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="passage", unit_scale=True, dynamic_ncols=True)

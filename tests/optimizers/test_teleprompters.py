@@ -310,12 +310,13 @@ def test_gepa_compiles_within_its_metric_call_budget_with_feedback_that_names_wh
     import logging
 
     import ragscale.optimizers.feedback as feedback
+    import ragscale.optimizers.gepa as gepa
 
     caplog.set_level(logging.INFO, logger="ragscale.optimizers")
 
     program, calls = RAG(FixedRetriever(), k=1), []
     metric = feedback.with_feedback(em_metric, program)
-    monkeypatch.setattr(feedback, "with_feedback", lambda m, p: lambda *a, **k: calls.append(1) or metric(*a, **k))
+    monkeypatch.setattr(gepa, "with_feedback", lambda m, p: lambda *a, **k: calls.append(1) or metric(*a, **k))
     train = [ex.copy(supporting_titles=["Elsewhere"]) for ex in examples(4)]
     proposed = "Answer with the city's name only."
     reflection = DummyLM([{"new_instruction": proposed}] * 20, adapter=dspy.JSONAdapter())  # GEPA asks for JSON

