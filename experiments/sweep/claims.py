@@ -17,7 +17,7 @@ padded gold against the gold alone (distractors).
 
 The claims table is one family (``family``): its primary metric, named in advance, is EM (Acc and F1 are shown in
 the rows and decide nothing). Differences are paired over the questions on per-question EM with
-``compare.paired_bootstrap``, and every comparison in the table has its p-value adjusted with the others by Holm's
+``paired.paired_bootstrap``, and every comparison in the table has its p-value adjusted with the others by Holm's
 rule (``family.RULE``); a difference is called real, in its direction, when its adjusted p is below
 ``family.ALPHA``. Each claim names in advance the comparison that decides it; the others are shown beside it:
 

@@ -87,7 +87,7 @@ def run_sweep(
     ``options.stop_after`` seconds after it starts, the sweep stops (``TimeLimitError``): the configurations running
     end at their next LM or module call (their finished questions kept: a rerun resumes them), those not started are
     left, and it reports and plots what finished, as a sweep that ran them all does. ``options.adopt_from`` names a
-    published sweep (``published.adopt``) whose rows count as finished here: a sweep that goes on on another
+    published sweep (``adopt.adopt``) whose rows count as finished here: a sweep that goes on on another
     machine."""
     began = time.monotonic()
     options, loaded = options or SweepOptions(), loaded or Loaded()

@@ -29,7 +29,7 @@ class SweepOptions:
     teacher programs of the compiles that have one (``grid.optimizer_of``); it is loaded by the first and released
     after the last. ``parallel_runs`` configurations run at once, in threads, spread over the LM's replicas.
     ``stop_after`` seconds after it starts, the sweep stops (``TimeLimitError``). ``adopt_from`` names a published
-    sweep (``published.adopt``) whose rows count as finished here. ``progress`` draws each run's progress bar when one
+    sweep (``adopt.adopt``) whose rows count as finished here. ``progress`` draws each run's progress bar when one
     runs at a time."""
 
     docs_per_demo: int | None = None
