@@ -16,7 +16,14 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ragscale.data import DATASETS, default_data_dir
+from ragscale.data.corpora import corpus_name
+from ragscale.optimizers.metrics import METRICS
+from ragscale.optimizers.teleprompters import GEPA_BUDGETS, OPTIMIZERS, TEACHER_OPTIMIZERS
+from ragscale.programs import PROGRAMS
+from ragscale.programs.lm import ADAPTERS
 from ragscale.programs.lm.models import DEFAULT_LM, WEIGHTS
+from ragscale.programs.retrieval import RETRIEVERS
 
 CORPUS_HELP = (
     "what the run retrieves from: a dataset name (every paragraph of its splits; default: --dataset's), 'all' (every "
@@ -85,13 +92,6 @@ class RunConfig:
     autolog: bool = True
 
     def __post_init__(self) -> None:
-        from ragscale.data import DATASETS, default_data_dir
-        from ragscale.optimizers.metrics import METRICS
-        from ragscale.optimizers.teleprompters import OPTIMIZERS
-        from ragscale.programs import PROGRAMS
-        from ragscale.programs.lm import ADAPTERS
-        from ragscale.programs.retrieval import RETRIEVERS
-
         for f in fields(self):
             _check_type(f.name, getattr(self, f.name))
         _choices("method", self.method, PROGRAMS)
@@ -107,8 +107,6 @@ class RunConfig:
         if self.teacher_api_base is not None and self.teacher is None:
             raise ConfigError(f"teacher_api_base {self.teacher_api_base!r} is given but no teacher is")
         if self.teacher is not None:
-            from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
-
             if self.optimizer not in TEACHER_OPTIMIZERS:
                 raise ConfigError(
                     f"teacher {self.teacher!r} needs an optimizer that runs a teacher program "
@@ -117,8 +115,6 @@ class RunConfig:
         for name in ("reflection_lm", "budget"):
             if getattr(self, name) is not None and self.optimizer != "gepa":
                 raise ConfigError(f"{name} {getattr(self, name)!r} is GEPA's; got optimizer {self.optimizer!r}")
-        from ragscale.optimizers.teleprompters import GEPA_BUDGETS
-
         if (
             self.budget is not None
             and self.budget not in GEPA_BUDGETS
@@ -145,8 +141,6 @@ class RunConfig:
         object.__setattr__(self, "runs_dir", Path(self.runs_dir).expanduser().resolve())
         if self.eval_file is not None:
             object.__setattr__(self, "eval_file", Path(self.eval_file).expanduser().resolve())
-        from ragscale.data.corpora import corpus_name
-
         if self.corpus == "":
             raise ConfigError("corpus must be a corpus name or a JSONL file, got ''")
         object.__setattr__(self, "corpus", self.dataset if self.corpus is None else corpus_name(self.corpus))

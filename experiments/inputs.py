@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ragscale.data import DATASETS, DatasetError, read_jsonl
+from ragscale.data.corpora import Corpus, CorpusError, load_corpus
 from ragscale.experiments.config import ConfigError, RunConfig
-
-if TYPE_CHECKING:
-    from ragscale.data.corpora import Corpus
+from ragscale.experiments.reach import check_reachable, is_http
+from ragscale.programs import method_named
+from ragscale.programs.lm.gguf_header import check_gguf
+from ragscale.programs.lm.models import PRESETS, resolve
 
 
 def check_inputs(config: RunConfig) -> Corpus | None:
@@ -34,8 +36,6 @@ def check_inputs(config: RunConfig) -> Corpus | None:
     directory is created, so it is checked last, once nothing else is wrong. Returns the corpus the run searches,
     read to check it, for the run to search (``run_experiment(corpus=...)``); None for a method that retrieves
     nothing."""
-    from ragscale.programs import method_named
-
     check_lm(config.lm, "--lm")
     if config.teacher is not None:
         check_lm(config.teacher, "--teacher")
@@ -54,9 +54,6 @@ def check_lm(name: str, flag: str = "--lm") -> None:
     """A model named by a path exists and can be loaded: a folder with ``config.json`` or a whole GGUF file
     (``models.resolve``, then ``check_gguf``, which reads only the GGUF header). Presets and server models
     (``openai/...``) are checked when they load, which for them fails at once."""
-    from ragscale.programs.lm.gguf_header import check_gguf
-    from ragscale.programs.lm.models import PRESETS, resolve
-
     if name.startswith("openai/") or name in PRESETS:
         return
     try:
@@ -70,8 +67,6 @@ def check_lm(name: str, flag: str = "--lm") -> None:
 def check_servers(config: RunConfig) -> None:
     """Every server ``config`` names by URL answers (``reach.check_reachable``); a sweep's ``api_base`` may name
     several replicas, comma-separated."""
-    from ragscale.experiments.reach import check_reachable, is_http
-
     for url in (config.api_base or "").split(","):
         if is_http(url.strip()):
             check_reachable(url.strip(), "--api-base", "openai")
@@ -88,8 +83,6 @@ def read_examples(config: RunConfig) -> tuple[list[dict], list[dict]]:
     """The (train, eval) records a run of ``config`` reads, cut to ``train_limit`` and ``limit`` as the runner cuts
     them; every line of both files is checked (``read_jsonl``), and a missing dataset folder names what the data
     folder holds instead."""
-    from ragscale.data import DatasetError, read_jsonl
-
     needed = [config.train_path] if config.eval_file is not None else [config.train_path, config.eval_path]
     missing = [path for path in needed if not path.exists()]
     if missing:
@@ -106,8 +99,6 @@ def read_examples(config: RunConfig) -> tuple[list[dict], list[dict]]:
 
 
 def _missing_data(config: RunConfig, missing: list[Path]) -> str:
-    from ragscale.data import DATASETS
-
     where = f"the data folder {config.data_dir} (--data-dir, else $RAGSCALE_DATA_DIR or ../shared/datasets)"
     if not config.data_dir.is_dir():
         return f"{where} is not a directory" if config.data_dir.exists() else f"{where} does not exist"
@@ -130,8 +121,6 @@ def check_docs(config: RunConfig, train: list[dict], evalset: list[dict]) -> Cor
 def corpus_for(config: RunConfig, train, evalset) -> Corpus:
     """The corpus the config names (``data.corpora``), with an evaluation file's own paragraphs added; a corpus
     that cannot be read is a ConfigError naming it."""
-    from ragscale.data.corpora import CorpusError, load_corpus
-
     try:
         corpus = load_corpus(config.corpus, config.data_dir, questions=[*train, *evalset])
     except CorpusError as exc:

@@ -8,9 +8,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from ragscale.data import load_jsonl, load_split
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.files import exclusive
 from ragscale.experiments.inputs import corpus_for
+from ragscale.optimizers.method import compile_method
+from ragscale.optimizers.metrics import METRICS as SCORES
+from ragscale.programs import build_program
+from ragscale.programs.lm import load_lm
+from ragscale.programs.retrieval import build_retriever
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +32,6 @@ def load_named_lm(
     decode: str | None = None,
 ):  # fmt: skip
     """``load_lm(name)``; an unknown or unusable LM name becomes a ConfigError naming it."""
-    from ragscale.programs.lm import load_lm
-
     local = {"decode": decode} if decode and not name.startswith("openai/") else {}
     try:
         return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, weights=weights, **local)
@@ -74,8 +78,6 @@ def load_examples(config: RunConfig, given: tuple[Sequence, Sequence] | None = N
     """(train, eval) examples, read from the config's files unless ``given``, cut to ``train_limit`` and
     ``limit`` (the files' order, which is already shuffled)."""
     if given is None:
-        from ragscale.data import load_jsonl, load_split
-
         train = load_split(config.dataset, "train", config.data_dir)
         if config.eval_file is not None:
             evalset = load_jsonl(config.eval_file)
@@ -92,8 +94,6 @@ def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence, *
     the corpus's digest, so every run, dataset and sweep that searches one corpus shares them. Runs on one runs
     directory build their indexes one at a time, so two runs over the same corpus embed it once (the second finds it
     built) and never write one chromadb store together. ``progress`` draws a bar while an index is built."""
-    from ragscale.programs.retrieval import build_retriever
-
     if corpus is None:
         corpus = corpus_for(config, train, evalset)
     index_dir = config.runs_dir / "indexes"
@@ -109,8 +109,6 @@ def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence, *
 
 def build_program_for(config: RunConfig, retriever):
     """The config's method with its documents per query (and its iterations, if it iterates) over ``retriever``."""
-    from ragscale.programs import build_program
-
     return build_program(config.method, retriever, k=config.docs, iterations=config.iterations)
 
 
@@ -118,9 +116,6 @@ def compile_for(config: RunConfig, program, trainset: Sequence, lm, adapter=None
     """Compile ``program`` on ``trainset`` with the configured teleprompter (``none`` returns it as it is), the
     teacher copy on ``teacher_lm`` when given; its Grade predictors (CRAG, Self-RAG) are then compiled on their own
     relevance labels (``compile_graders``), with the same teacher."""
-    from ragscale.optimizers.method import compile_method
-    from ragscale.optimizers.metrics import METRICS as SCORES
-
     return compile_method(
         program, trainset, optimizer=config.optimizer, metric=SCORES[config.metric], shots=config.shots,
         docs_per_demo=config.docs_per_demo, threads=config.threads, lm=lm, adapter=adapter, seed=config.seed,

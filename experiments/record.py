@@ -14,7 +14,7 @@ from ragscale.experiments import resume, tracking
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, write_tables
 from ragscale.experiments.files import exclusive, slug, write_json
-from ragscale.experiments.model import MODEL
+from ragscale.experiments.model import MODEL, Searched, log_program
 from ragscale.experiments.signals import interrupted
 
 if TYPE_CHECKING:
@@ -94,8 +94,6 @@ def log_model(config: RunConfig, run_id: str, program, corpus) -> str | None:
     """Log the run's program as an MLflow model (``model.py``: code and JSON, no pickle) and return its URI; None
     for a program searching a retriever given to the run (an oracle's, a sweep's), which the model cannot carry. A
     failure to log it is a warning: the run's results stand without it."""
-    from ragscale.experiments.model import Searched, log_program
-
     if program.retrieves and corpus is None:
         return None
     searched = None

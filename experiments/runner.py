@@ -30,6 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import dspy
+
 from ragscale.experiments import parts, record, resume, traces, tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import PREDICTIONS, evaluate, summarize
@@ -37,6 +39,9 @@ from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.inputs import corpus_for
 from ragscale.experiments.provenance import data_files, provenance_tags
 from ragscale.experiments.record import PROGRAM
+from ragscale.optimizers.context import fits_context
+from ragscale.programs import method_named
+from ragscale.programs.lm import make_adapter, meter, release_lm
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +91,6 @@ def run_experiment(
     this one does (the sweep's IterDRAG under a smaller iteration cap, ``sweep/carry.py``): they count as answered,
     as a resumed run's do, and only the other questions are asked.
     """
-    import dspy
-
-    from ragscale.optimizers.context import fits_context
-
     if not 0 <= max_failed <= 1:
         raise ConfigError(f"max_failed must be a fraction between 0 and 1, got {max_failed}")
     start = time.perf_counter()
@@ -145,12 +146,6 @@ def _inputs(config: RunConfig, lm, given: tuple, examples, check_context: bool) 
     retriever or one that retrieves nothing) and the ``CorpusIdentity`` of what it searches (given a retriever, the
     given corpus's). With ``check_context``, the demo-less prompt must fit the LM's window already, before anything
     is indexed or a run opened."""
-    import dspy
-
-    from ragscale.optimizers.context import fits_context
-    from ragscale.programs import method_named
-    from ragscale.programs.lm import make_adapter
-
     random.seed(config.seed)
     adapter = make_adapter(config.adapter)
     train, evalset = parts.load_examples(config, examples)
@@ -229,8 +224,6 @@ def _compiled(
     """``program`` compiled, and what compiling cost: the one a resumed run saved, else ``compiled``'s state loaded,
     else compiled here on ``train`` (``_compile_here``) with the reader ``(lm, adapter)``; one compiled or loaded
     now is saved in ``work`` with its cost."""
-    from ragscale.programs.lm import meter
-
     cost = resume.load_compile(work) if resumed and (work / PROGRAM).exists() else None
     if cost is not None:
         program.load(str(work / PROGRAM))
@@ -256,8 +249,6 @@ def _compile_here(config: RunConfig, program, train: Sequence, reader: tuple, ru
     """``compile_for`` with the config's teacher (``teacher_lm`` if given; the reader if it ``teaches_itself``) and
     reflection LM, each loaded here released once compiled (``release_lm``), leaving its memory to the student's
     decode graphs; DSPy's compile logging goes into the run unless ``autolog`` is off."""
-    from ragscale.programs.lm import release_lm
-
     lm, adapter = reader
     loaded = []  # the LMs loaded here: released once compiled, for the student's decode graphs
     if teacher_lm is None and config.teacher is not None:

@@ -19,6 +19,10 @@ from collections.abc import Sequence
 
 from ragscale.experiments.cli import documents, runs, sweep, tracking_server
 from ragscale.experiments.config import ConfigError
+from ragscale.experiments.reach import check_reachable, is_http
+from ragscale.experiments.runner import RunFailedError
+from ragscale.experiments.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, terminate_on_sigterm
+from ragscale.optimizers.context import ContextWindowError
 from ragscale.process import prepare_process
 
 log = logging.getLogger("ragscale")
@@ -47,8 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
 def check_tracking_server(flag: str | None) -> None:
     """A tracking server given by URL (``--tracking-uri``, else ``MLFLOW_TRACKING_URI``) answers, before anything
     runs: MLflow's own client would retry a refused connection for minutes."""
-    from ragscale.experiments.reach import check_reachable, is_http
-
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if is_http(uri):
         check_reachable(uri, "--tracking-uri" if flag else "MLFLOW_TRACKING_URI", "mlflow")
@@ -57,10 +59,6 @@ def check_tracking_server(flag: str | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ragscale`; returns the exit code (also raised as SystemExit by argparse on bad usage)."""
     prepare_process()
-    from ragscale.experiments.runner import RunFailedError
-    from ragscale.experiments.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, terminate_on_sigterm
-    from ragscale.optimizers.context import ContextWindowError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "tracking_uri", None):  # the flag over the environment over the local default

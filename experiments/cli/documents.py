@@ -6,10 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
+import dspy
+
+from ragscale.data.documents import VLMDescriber
 from ragscale.experiments.cli.flags import add_flag, flags
+from ragscale.experiments.collection import Collection, ask, ingest
 from ragscale.experiments.config import ConfigError, with_default
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_lm, check_output_file, check_writable_dir
+from ragscale.experiments.parts import load_named_lm
+from ragscale.programs.lm import make_adapter
+from ragscale.programs.retrieval.rerank import ORDERS
 
 
 def add_ingest(subparsers) -> None:
@@ -47,13 +54,6 @@ def add_ingest(subparsers) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    import dspy
-
-    from ragscale.data.documents import VLMDescriber
-    from ragscale.experiments.collection import ingest
-    from ragscale.experiments.parts import load_named_lm
-    from ragscale.programs.lm import make_adapter
-
     if bool(args.vlm_url) != bool(args.vlm_model):
         raise ConfigError("--vlm-url and --vlm-model go together")
     if args.max_tokens is not None and args.max_tokens < 1:
@@ -93,8 +93,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def add_ask(subparsers) -> None:
-    from ragscale.programs.retrieval.rerank import ORDERS
-
     ask_cmd = subparsers.add_parser("ask", help="answer a question over an ingested collection, with its sources")
     ask_cmd.add_argument("question")
     ask_cmd.add_argument("--collection", required=True)
@@ -120,12 +118,6 @@ def add_ask(subparsers) -> None:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    import dspy
-
-    from ragscale.experiments.collection import Collection, ask
-    from ragscale.experiments.parts import load_named_lm
-    from ragscale.programs.lm import make_adapter
-
     if not Collection(args.collection, args.runs_dir).exists:
         raise ConfigError(f"no collection {args.collection!r} under {args.runs_dir / 'collections'}")
     for flag, value, low in (

@@ -14,16 +14,20 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ragscale.data import DATASETS
 from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, with_default
+from ragscale.optimizers.metrics import METRICS
+from ragscale.optimizers.teleprompters import OPTIMIZERS
+from ragscale.programs import PROGRAMS
+from ragscale.programs.lm import ADAPTERS
+from ragscale.programs.lm.models import WEIGHTS
+from ragscale.programs.retrieval import RETRIEVERS
 
 LM_HELP = "a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base"
 
 
 def _model_flags() -> dict[str, dict[str, Any]]:
     """The LM that answers, the one that teaches, and how prompts are written to them."""
-    from ragscale.programs.lm import ADAPTERS
-    from ragscale.programs.lm.models import WEIGHTS
-
     return {
         "--lm": {
             "help": with_default(
@@ -55,10 +59,6 @@ def _model_flags() -> dict[str, dict[str, Any]]:
 
 def _method_flags() -> dict[str, dict[str, Any]]:
     """The method, its documents and iterations, and how it is compiled."""
-    from ragscale.optimizers.metrics import METRICS
-    from ragscale.optimizers.teleprompters import OPTIMIZERS
-    from ragscale.programs import PROGRAMS
-
     return {
         "--method": {"choices": sorted(PROGRAMS), "help": "the RAG method"},
         "--optimizer": {"choices": sorted(OPTIMIZERS), "help": with_default("teleprompter", "optimizer")},
@@ -76,9 +76,6 @@ def _method_flags() -> dict[str, dict[str, Any]]:
 
 def _data_flags() -> dict[str, dict[str, Any]]:
     """The questions, and what is searched for them."""
-    from ragscale.data import DATASETS
-    from ragscale.programs.retrieval import RETRIEVERS
-
     return {
         "--dataset": {"choices": list(DATASETS), "help": "dataset folder under --data-dir"},
         "--limit": {"type": int, "help": "evaluate on the first N questions"},

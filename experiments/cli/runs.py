@@ -7,15 +7,24 @@ import json
 import sys
 from pathlib import Path
 
+from ragscale.experiments import family, tracking
+from ragscale.experiments.chart import plot
 from ragscale.experiments.cli.flags import add_flags
+from ragscale.experiments.compare import (
+    compare_runs,
+    format_csv,
+    format_table,
+    load_runs,
+    provenance_note,
+    rows_to_json,
+)
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
+from ragscale.experiments.runner import MAX_FAILED, run_experiment
 
 
 def add_run(subparsers) -> None:
-    from ragscale.experiments.runner import MAX_FAILED
-
     run = subparsers.add_parser(
         "run",
         help="compile a method on DIR/D/train.jsonl and evaluate it on DIR/D/dev.jsonl, tracked in MLflow",
@@ -46,8 +55,6 @@ def add_run(subparsers) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ragscale.experiments.runner import MAX_FAILED, run_experiment
-
     values = dict(vars(args))
     for key in ("command", "func", "json_path", "progress", "config", "verbose", "fresh", "max_failed", "tracking_uri"):
         values.pop(key, None)
@@ -110,17 +117,6 @@ def add_compare(subparsers) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ragscale.experiments import family, tracking
-    from ragscale.experiments.chart import plot
-    from ragscale.experiments.compare import (
-        compare_runs,
-        format_csv,
-        format_table,
-        load_runs,
-        provenance_note,
-        rows_to_json,
-    )
-
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
     runs = load_runs(args.runs_dir, unfinished=args.unfinished)

@@ -8,10 +8,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ragscale.data.corpora import corpus_name
 from ragscale.experiments.cli.flags import add_flag, flags
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.files import write_json
 from ragscale.experiments.inputs import check_inputs, check_output_file
+from ragscale.experiments.sweep.adopt import manifest_of
+from ragscale.experiments.sweep.allocation import allocate
 from ragscale.experiments.sweep.grid import (
     CHAIN_OPTIMIZER,
     DEFAULT_BUDGETS,
@@ -27,6 +30,11 @@ from ragscale.experiments.sweep.grid import (
     parse_size,
     point_config,
 )
+from ragscale.experiments.sweep.ledger import sweep_dir_for
+from ragscale.experiments.sweep.replicas import shared_api_base
+from ragscale.experiments.sweep.run import plan_only, run_sweep
+from ragscale.experiments.sweep.setup import Loaded
+from ragscale.experiments.sweep.sitting import SweepOptions
 from ragscale.programs import method_named
 
 
@@ -129,11 +137,6 @@ def _grid_and_base(args) -> tuple[Grid, RunConfig]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ragscale.experiments.sweep.replicas import shared_api_base
-    from ragscale.experiments.sweep.run import plan_only, run_sweep
-    from ragscale.experiments.sweep.setup import Loaded
-    from ragscale.experiments.sweep.sitting import SweepOptions
-
     if args.parallel_runs < 1:
         raise ConfigError(f"--parallel-runs {args.parallel_runs}: must be at least 1 (configurations run at once)")
     grid, base = _grid_and_base(args)
@@ -154,8 +157,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.stop_after is not None and not args.stop_after > 0:
         raise ConfigError(f"--stop-after {args.stop_after}: must be a positive number of minutes")
     if args.adopt is not None:
-        from ragscale.experiments.sweep.adopt import manifest_of
-
         try:
             manifest_of(args.adopt)  # a published sweep's, read before any model loads
         except ConfigError as exc:
@@ -207,10 +208,6 @@ def add_allocate(subparsers) -> None:
 
 
 def cmd_allocate(args: argparse.Namespace) -> int:
-    from ragscale.data.corpora import corpus_name
-    from ragscale.experiments.sweep.allocation import allocate
-    from ragscale.experiments.sweep.ledger import sweep_dir_for
-
     corpus = corpus_name(args.corpus) if args.corpus is not None else None
     sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm, corpus)
     choice = allocate(sweep_dir, parse_size(args.budget))

@@ -16,6 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragscale.data.documents import (
+    DEFAULT_MAX_TOKENS,
+    SUFFIXES,
+    DocumentError,
+    document_source,
+    file_sha256,
+    folder_documents,
+    load_document,
+)
 from ragscale.experiments.collection.contextualize import contextualize_chunks
 from ragscale.experiments.collection.store import Collection
 
@@ -60,8 +69,6 @@ def ingest(
     """Ingest `paths` (files, or folders: their supported files, recursively) into `collection` (see the module
     docstring). With `contextual`, the LM (and adapter) configured in `dspy.settings` writes the contexts and
     `model` names it in the cache key."""
-    from ragscale.data.documents import DEFAULT_MAX_TOKENS
-
     store = Collection(collection, runs_dir)
     report = IngestReport()
     options = {
@@ -98,8 +105,6 @@ def ingest(
 
 def _files(paths: Sequence[str | Path], report: IngestReport) -> list[Path]:
     """The files ``paths`` name, a folder's supported files in its place; a folder without any is a failure."""
-    from ragscale.data.documents import SUFFIXES, folder_documents
-
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -119,8 +124,6 @@ def _read_if_changed(
     """A file's digest, its entry in the manifest's ``documents`` and its chunks, read with ``reading``'s keywords;
     None for a file whose bytes and options are those already ingested (reported unchanged) or that cannot be read
     (reported failed)."""
-    from ragscale.data.documents import DocumentError, document_source, file_sha256, load_document
-
     try:
         digest = file_sha256(path) if path.is_file() else ""
         previous = documents.get(document_source(path))
@@ -155,8 +158,6 @@ def _contexts(
 def _keep(store: Collection, documents: dict, path: Path, digest: str, options: dict, chunks: list[dict]) -> None:
     """A document's chunks in place of its earlier ones, its manifest entry, and the collection saved: durable per
     document, so an interrupted ingestion keeps what finished."""
-    from ragscale.data.documents import document_source
-
     source = document_source(path)
     store.chunks = [c for c in store.chunks if c.get("source") != source] + chunks
     documents[source] = {

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.files import write_json
@@ -100,8 +102,6 @@ class AllocationModel:
 
 def fit(observations: Sequence[Observation]) -> AllocationModel:
     """Least-squares fit of the model on observations (needs at least 3); R^2 and MSE are in logit space."""
-    import numpy as np
-
     if len(observations) < 3:
         raise ValueError(f"the allocation model needs at least 3 measured configurations, got {len(observations)}")
     rows, targets = [], []

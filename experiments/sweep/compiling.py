@@ -16,12 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dspy
+
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.identity import config_key
 from ragscale.experiments.parts import build_program_for, compile_for, load_teacher_for, teaches_itself
 from ragscale.experiments.sweep.grid import Grid, Point, point_config
 from ragscale.experiments.sweep.plan import PlannedPoint
+from ragscale.optimizers.demos import cap_demos, redraw_demo_documents
 from ragscale.programs import method_named
+from ragscale.programs.lm import make_adapter, release_lm
 
 CHAIN_DOCS = 5
 """The documents per query at which an iterating method's chains are bootstrapped: enough for the teacher to find
@@ -44,8 +48,6 @@ def demonstrations(compiled, point: Point, config: RunConfig):
     """A copy of the program ``compiled`` for ``point``'s group, cut to the point's shots and documents per
     demonstration; a method that iterates first has its demonstrations' documents retrieved again at the point's k
     (``redraw_demo_documents``), since its chains were written at ``compile_point``'s."""
-    from ragscale.optimizers.demos import cap_demos, redraw_demo_documents
-
     program = copy.deepcopy(compiled)
     if method_named(point.method).iterates:
         redraw_demo_documents(program, config.docs)
@@ -67,10 +69,6 @@ def compile_once(
     same settings and data, kept as JSON at ``saved`` (``compiled_path``), is loaded instead: the same
     demonstrations in every sitting, on every machine that adopts the sweep, and no teacher run again; one compiled
     now is kept there."""
-    import dspy
-
-    from ragscale.programs.lm import make_adapter
-
     adapter = make_adapter(config.adapter)
     with dspy.context(lm=lm, adapter=adapter):
         if saved is not None and saved.exists():
@@ -160,8 +158,6 @@ class Compiles:
             return self._teachers[0]
 
     def _done_with(self, group: Group) -> None:  # under `shared`: its compile was tried, or every point skipped
-        from ragscale.programs.lm import release_lm
-
         self._tried.add(group)
         if self._teachers and self._taught <= self._tried:
             release_lm(self._teachers.pop())

@@ -46,10 +46,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import dspy
+
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.sweep.grid import Point
 from ragscale.experiments.sweep.script import Messages, Script, ScriptedAdapter, StandIns, with_a_chain
-from ragscale.programs import method_named
+from ragscale.optimizers.metrics import em_metric
+from ragscale.optimizers.teleprompters import compile_program
+from ragscale.programs import build_program, method_named
+from ragscale.programs.lm import FieldAdapter, make_adapter, prompt_tokens
+from ragscale.programs.lm.prefix_cache import common_prefix
+from ragscale.programs.retrieval import Passage
 
 if TYPE_CHECKING:
     from ragscale.experiments.sweep.speed import Speed
@@ -116,8 +123,6 @@ class ContextEstimator:
     def __init__(
         self, lm, adapter, train: Sequence, evalset: Sequence, *, retriever=None, sample: int = SAMPLE, seed: int = 0
     ):
-        from ragscale.programs.retrieval import Passage
-
         self.lm, self.adapter, self.seed = lm, adapter, seed
         self.train = list(train)
         self.evalset = list(evalset)[:sample]
@@ -145,8 +150,6 @@ class ContextEstimator:
     def count(self, signature, demos, inputs, outputs) -> list[tuple[Messages, int, int]]:
         """(messages, input tokens, expected output tokens) of each LM call one predictor call makes with this
         adapter."""
-        from ragscale.programs.lm import FieldAdapter
-
         if isinstance(self.adapter, FieldAdapter):
             requests = self.adapter.requests(self.lm, signature, demos, inputs, outputs)
             expected = [2 if field.annotation is bool else 16 for field in signature.output_fields.values()]
@@ -157,8 +160,6 @@ class ContextEstimator:
 
     def tokens(self, messages: Messages) -> int:
         """The input tokens of a request of ``messages``, counted once per distinct request."""
-        from ragscale.programs.lm import prompt_tokens
-
         key = json.dumps(messages, sort_keys=True, default=str)
         if key not in self._tokens:
             self._tokens[key] = prompt_tokens(self.lm, messages)
@@ -167,8 +168,6 @@ class ContextEstimator:
     def reused(self, messages: Messages, tokens: int, earlier: Iterable[Messages]) -> int:
         """Of a request's ``tokens``, those a prefix cache holds after the ``earlier`` requests: its leading
         messages the same as one of theirs, counted as a request of their own (at least one token is computed)."""
-        from ragscale.programs.lm.prefix_cache import common_prefix
-
         shared = max((common_prefix(messages, other) for other in earlier), default=0)
         return min(self.tokens(messages[:shared]), tokens - 1) if shared else 0
 
@@ -178,10 +177,6 @@ class ContextEstimator:
         iterates is taught chains (``grid.optimizer_of``): a training question without a decomposition stands in
         for one (``_with_a_chain``), so its demonstrations have the shape of a bootstrapped chain: follow-ups asked,
         the documents retrieved for each and its answer, then "none"."""
-        from ragscale.optimizers.metrics import em_metric
-        from ragscale.optimizers.teleprompters import compile_program
-        from ragscale.programs import build_program
-
         if (point, docs_per_demo) not in self._programs:
             k = max(point.docs, 1)
             program = build_program(point.method, self.stand_ins, k=k, iterations=max(point.iterations, 1))
@@ -206,8 +201,6 @@ class ContextEstimator:
         """Per sample question, the calls of each path the program can take: one for a single-step method; for
         IterDRAG, path j (j = 0..n) asks j follow-ups, then -- when j < n -- decomposes once more and stops, then
         synthesizes over the documents gathered."""
-        import dspy
-
         program = self.program(point, docs_per_demo)
         n = point.iterations
         sent = []  # per sample question, per path: its requests
@@ -320,8 +313,6 @@ class Planner:
 
     @classmethod
     def for_run(cls, base: RunConfig, lm, train: Sequence, evalset: Sequence, *, retriever, speed: Speed | None):
-        from ragscale.programs.lm import make_adapter
-
         estimator = ContextEstimator(
             lm, make_adapter(base.adapter), train, evalset, retriever=retriever, seed=base.seed
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from ragscale.experiments.config import ConfigError, RunConfig
+from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
 from ragscale.programs import PROGRAMS, method_named
 from ragscale.programs.closed_book import ClosedBook
 
@@ -139,8 +140,6 @@ def point_config(
 ) -> RunConfig:
     """The run config of a point: k documents, m demonstrations of k documents each (or `docs_per_demo`), taught
     by ``optimizer_of``, whose teacher program runs on ``teacher`` (an LM name) when it runs one."""
-    from ragscale.optimizers.teleprompters import TEACHER_OPTIMIZERS
-
     optimizer = optimizer_of(base, point)
     return replace(
         base,

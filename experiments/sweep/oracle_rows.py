@@ -10,6 +10,7 @@ from ragscale.experiments import tracking
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.identity import config_key, data_fingerprint
+from ragscale.experiments.oracle import OracleRetriever
 from ragscale.experiments.runner import run_experiment
 from ragscale.experiments.signals import Stopped
 from ragscale.experiments.sweep.grid import Grid
@@ -35,8 +36,6 @@ def oracle_rows(
     reads, beside the grid. Run once as child runs of the sweep's MLflow run ``parent``, kept in the ledger under
     their keys like a configuration, and left out of the budget table and the allocation model (no retriever can do
     what they do). Returns their rows and the keys that failed."""
-    from ragscale.experiments.oracle import OracleRetriever
-
     if not all(getattr(ex, "paragraphs", None) for ex in got.evalset):
         report("no oracle rows: some questions carry no paragraphs")
         return [], []

@@ -22,6 +22,7 @@ from ragscale.experiments.sweep.estimate import Estimate, Planner
 from ragscale.experiments.sweep.grid import Grid, Point, grid_points, point_config
 from ragscale.experiments.sweep.ledger import run_records
 from ragscale.experiments.sweep.speed import REUSED, Speed, speed_from_runs
+from ragscale.programs.lm import context_window
 
 SLACK = 0.1
 """How far past the largest budget a learned estimate may reach and its configuration still run: the margin for
@@ -71,8 +72,6 @@ def plan(
     the estimates of their method); else its status is ``status_of`` its estimate (see the module's doc). The
     planner's speed is fitted again on the finished configurations, each with the tokens its estimate finds a
     prefix cache held (``reused_row``); with fewer than three, it stays ``speed``."""
-    from ragscale.programs.lm import context_window
-
     if planner is None:
         planner = Planner.for_run(base, lm, train, evalset, retriever=retriever, speed=speed)
     fingerprint = data_fingerprint(train, evalset)

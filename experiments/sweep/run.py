@@ -38,6 +38,7 @@ from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
 from ragscale.experiments.runner import run_experiment
 from ragscale.experiments.signals import Stopped, interrupted
+from ragscale.experiments.sweep.adopt import adopt
 from ragscale.experiments.sweep.carry import carried, program_digest
 from ragscale.experiments.sweep.compiling import Compiles, demonstrations
 from ragscale.experiments.sweep.estimate import Planner, estimate_fields
@@ -58,6 +59,7 @@ from ragscale.experiments.sweep.replicas import Replicas, load_replicas, shared_
 from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.setup import Loaded, load_setup
 from ragscale.experiments.sweep.sitting import Sitting, SweepOptions, open_sitting
+from ragscale.optimizers.context import ContextWindowError
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +101,6 @@ def run_sweep(
     sweep_dir = sweep_dir or sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
     adopt_from = options.adopt_from
     if adopt_from is not None:
-        from ragscale.experiments.sweep.adopt import adopt
-
         report(f"adopted {adopt(adopt_from, sweep_dir, base.runs_dir)} finished rows from {adopt_from}")
     sitting = open_sitting(grid, base, options, replace(loaded, lm=replicas.lms[0]), sweep_dir, report)
     sitting.stopper.stop_at(began, options.stop_after)
@@ -190,8 +190,6 @@ class _Runs:
     def _run(self, name: str, item: PlannedPoint, replica) -> tuple[dict[str, Any], str, list] | None:
         """Run ``item`` as a child run of the sweep's, its program the group's compiled one cut to its shots; its
         summary, its program's digest and the records it carried, or None when it failed or was stopped."""
-        from ragscale.optimizers.context import ContextWindowError
-
         s, point = self.sitting, item.point
         # no DSPy autolog: it configures DSPy for the process, which a worker thread may not, and runs run side by side
         config = replace(self.compiles.config(point), run_name=f"{s.got.sweep_dir.name}-{file_label(point.label)}",

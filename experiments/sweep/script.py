@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ragscale.optimizers.demos import NO_FOLLOW_UP
+from ragscale.optimizers.metrics import gold_answers
 
 if TYPE_CHECKING:
     from ragscale.programs.retrieval import Passage
@@ -101,8 +102,6 @@ STAND_IN_HOPS = 2
 def with_a_chain(example):
     """``example`` with a decomposition of ``STAND_IN_HOPS`` steps (each its own question, answered by its gold
     answer) when it has none."""
-    from ragscale.optimizers.metrics import gold_answers
-
     if example.get("decomposition"):
         return example
     step = {"question": example.question, "answer": gold_answers(example)[0]}

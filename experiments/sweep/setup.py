@@ -15,6 +15,7 @@ from ragscale.experiments.sweep.grid import Grid
 from ragscale.experiments.sweep.ledger import load_ledger, mlflow_rows
 from ragscale.experiments.sweep.speed import Speed, measure_speed, speed_from_runs
 from ragscale.programs import method_named
+from ragscale.programs.retrieval import BM25Retriever
 
 if TYPE_CHECKING:
     from ragscale.data.corpora import Corpus
@@ -66,8 +67,6 @@ def load_setup(
         if index:
             retriever = build_retriever_for(base, train, evalset, corpus=corpus, progress=progress)
         else:
-            from ragscale.programs.retrieval import BM25Retriever
-
             retriever = BM25Retriever(corpus.passages, key=corpus.key)
     ledger = load_ledger(sweep_dir)
     tracked = mlflow_rows(base.runs_dir)

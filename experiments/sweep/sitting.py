@@ -19,6 +19,7 @@ from ragscale.experiments.sweep.oracle_rows import ORACLE_NOTE
 from ragscale.experiments.sweep.plan import PlannedPoint, format_plan, plan
 from ragscale.experiments.sweep.setup import Loaded, Setup, load_setup
 from ragscale.experiments.sweep.stopping import Stopper
+from ragscale.programs.lm import context_window
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,6 @@ def open_sitting(
 ) -> Sitting:
     """A sitting of the sweep in ``sweep_dir``: what it needs loaded (``load_setup``), its plan reported, its MLflow
     run started."""
-    from ragscale.programs.lm import context_window
-
     got = load_setup(grid, base, sweep_dir, loaded, progress=options.progress)
     planner = Planner.for_run(base, got.lm, got.train, got.evalset, retriever=got.retriever, speed=got.speed)
     planned = plan(

@@ -22,7 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.programs.lm import chat, meter
 
 REUSED = "reused_tokens_per_question"
 """A row's input tokens per question that a prefix cache holds: not computed, so not timed by the rates."""
@@ -52,8 +55,6 @@ class Speed:
 def measure_speed(lm, text: str) -> Speed:
     """Prefill and decode rates from two tiny timed calls (cache off), after a warm-up that decodes: a ~300-token
     prompt with 1 output token, then a short prompt with up to 24 output tokens."""
-    from ragscale.programs.lm import chat, meter
-
     fresh = lm.copy(cache=False) if hasattr(lm, "copy") else lm
     words = " ".join((text or "the quick brown fox jumps over the lazy dog ").split()[:220])
     stamp = f"[{time.time_ns()}] "  # a new prompt each time: no prefix cache either
@@ -77,7 +78,6 @@ def speed_from_runs(rows: Iterable[Mapping[str, Any]], lm_name: str) -> Speed | 
     """Rates fitted (least squares on seconds per question) on earlier ledger rows of this LM: prefill, its squared
     term and decode; the first of those models, fewer terms each, whose every coefficient comes out positive. A
     row's ``REUSED`` tokens (0 without) are left out of the computed ones (see the module docstring)."""
-    import numpy as np
 
     def answered(row: Mapping[str, Any]) -> int:  # the questions its eval_s timed (a resumed run's carried ones not)
         return int(row.get("n") or 0) - int(row.get("resumed") or 0)

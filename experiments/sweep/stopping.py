@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import dspy
 from dspy.utils.callback import BaseCallback
 
 from ragscale.experiments.signals import Stopped, interrupted
@@ -50,8 +51,6 @@ class Stopper(BaseCallback):
 
     def stoppable(self):
         """A ``dspy.context`` in which the runs started end at their next call once the sweep is stopped."""
-        import dspy
-
         return dspy.context(callbacks=[*dspy.settings.get("callbacks", []), self])
 
     def _check(self) -> None:

@@ -267,12 +267,11 @@ def test_the_teacher_is_loaded_from_its_own_server_not_the_students(tmp_path, da
 def test_a_teacher_loaded_for_compiling_is_released_before_the_evaluation_and_a_given_one_is_not(
     tmp_path, data_dir, monkeypatch
 ):
-    import ragscale.programs.lm as lms
-    from ragscale.experiments import parts
+    from ragscale.experiments import parts, runner
 
     teacher, student, released = scripted_lm(SCRIPT), scripted_lm(SCRIPT), []
     monkeypatch.setattr(parts, "load_named_lm", lambda name, **settings: teacher)
-    monkeypatch.setattr(lms, "release_lm", lambda lm: released.append((lm, len(lm.history), len(student.history))))
+    monkeypatch.setattr(runner, "release_lm", lambda lm: released.append((lm, len(lm.history), len(student.history))))
     cfg = config(tmp_path, data_dir, optimizer="bootstrap", teacher="smollm2-135m", shots=1)
     run_experiment(cfg, lm=student, progress=False)
     ((lm, taught, answered),) = released
@@ -287,12 +286,11 @@ def test_a_teacher_loaded_for_compiling_is_released_before_the_evaluation_and_a_
 def test_a_reader_that_teaches_itself_writes_the_traces_on_its_own_lm_not_a_second_copy(
     tmp_path, data_dir, monkeypatch
 ):
-    import ragscale.programs.lm as lms
-    from ragscale.experiments import parts
+    from ragscale.experiments import parts, runner
 
     loaded, released, reader = [], [], scripted_lm(SCRIPT)
     monkeypatch.setattr(parts, "load_named_lm", lambda name, **settings: loaded.append(name) or scripted_lm(SCRIPT))
-    monkeypatch.setattr(lms, "release_lm", released.append)
+    monkeypatch.setattr(runner, "release_lm", released.append)
     cfg = config(tmp_path, data_dir, optimizer="bootstrap", lm="smollm2-135m", teacher="smollm2-135m", shots=1)
     run_experiment(cfg, lm=reader, progress=False)
     assert loaded == [] and released == [] and len(reader.history) > 3  # it taught, then answered the three

@@ -37,14 +37,14 @@ def test_the_ask_command_prints_the_answer_and_its_sources_with_the_real_model(d
 
 
 def test_ask_names_the_path_of_a_source_whose_file_name_two_documents_share(documents, tmp_path, capsys, monkeypatch):
-    import ragscale.experiments.parts as parts
+    import ragscale.experiments.cli.documents as documents_cli
 
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("Keeper notes\n\nThe keeper climbs 117 steps twice a night.\n", encoding="utf-8")
     runs = tmp_path / "runs"
     ingest([documents, other], collection="c", runs_dir=runs, ocr=False)
-    monkeypatch.setattr(parts, "load_named_lm", lambda *args, **kwargs: DummyLM([{"answer": "117"}]))
+    monkeypatch.setattr(documents_cli, "load_named_lm", lambda *args, **kwargs: DummyLM([{"answer": "117"}]))
     question = "How many steps does the keeper climb?"
     assert main(["ask", question, "--collection", "c", "--runs-dir", str(runs), "--adapter", "chat"]) == 0
     out = capsys.readouterr().out

@@ -465,11 +465,10 @@ def test_the_time_limit_ends_the_configuration_in_flight_and_a_rerun_resumes_it(
 def taught(smollm2_tokenizer, examples, monkeypatch):
     """The teacher the sweep loads, and what happened to it: ``"loaded"``, ``("released", whether it was it)``."""
     import ragscale.experiments.sweep.compiling as compiling
-    import ragscale.programs.lm as lms
 
     teacher, events = tokenizer_lm(smollm2_tokenizer, examples), []
     monkeypatch.setattr(compiling, "load_teacher_for", lambda config: events.append("loaded") or teacher)
-    monkeypatch.setattr(lms, "release_lm", lambda lm: events.append(("released", lm is teacher)))
+    monkeypatch.setattr(compiling, "release_lm", lambda lm: events.append(("released", lm is teacher)))
     return teacher, events
 
 
