@@ -8,20 +8,19 @@ their calls to :func:`meter`. Loaded local engines are shared: loading the same 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dspy
 
 from ragscale.process import go_offline
 from ragscale.programs.lm.adapter import FieldAdapter
 from ragscale.programs.lm.cache import restrict_cache
+from ragscale.programs.lm.engine import TorchEngine
 from ragscale.programs.lm.meter import CallRecord, MeteredLM, UsageMeter, meter
 from ragscale.programs.lm.models import DEFAULT_LM, PRESETS
 from ragscale.programs.lm.prompt import SERVER_CONTEXT_WINDOW, chat, context_window, count_tokens, prompt_tokens
-
-if TYPE_CHECKING:
-    from ragscale.programs.lm.engine import TorchEngine
 
 __all__ = [
     "ADAPTERS",
@@ -124,8 +123,6 @@ def load_lm(
         return MeteredLM(name, api_base=api_base, context_window=window, **common, **kwargs)
     if api_base:
         raise ValueError(f"api_base is for 'openai/<model>' server models, not the local model {name!r}")
-    from ragscale.programs.lm.engine import TorchEngine
-
     engine: TorchEngine = TorchEngine.shared(
         name, device=device, dtype=dtype, max_batch_size=max_batch_size, weights=weights, decode=decode
     )
@@ -137,8 +134,6 @@ def load_lm(
 def release_lm(lm: dspy.LM) -> None:
     """Free a local LM's weights for the rest of the process (``TorchEngine.release``): a teacher after compiling,
     whose memory the student's decode graphs can then take. An LM on a server holds none here."""
-    import gc
-
     engine = getattr(lm, "engine", None)
     if engine is not None:
         engine.release()

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import math
 
+import dspy
+from dspy.clients.disk_serialization import _RestrictedDisk
+
 
 def cache_is_restricted() -> bool:
     """Whether DSPy's current cache unpickles its disk entries with the restricted unpickler (True when it keeps
     nothing on disk)."""
-    import dspy
-    from dspy.clients.disk_serialization import _RestrictedDisk
-
     cache = dspy.cache
     if not cache.enable_disk_cache:
         return True
@@ -33,8 +33,6 @@ def restrict_cache() -> None:
     ``load_lm`` calls it for every LM it builds: DSPy's cache is one per process, so this applies to the whole
     process. The memory tier starts empty when the cache is replaced.
     """
-    import dspy
-
     if cache_is_restricted():
         return
     cache = dspy.cache

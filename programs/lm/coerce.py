@@ -18,6 +18,7 @@ import re
 import types
 from typing import Any, Literal, Union, get_args, get_origin
 
+import pydantic
 from dspy.adapters.types.reasoning import Reasoning
 from dspy.signatures.signature import Signature
 from dspy.utils.exceptions import AdapterParseError
@@ -287,8 +288,6 @@ def is_list(annotation) -> bool:
 
 
 def _coerce_json(text: str, annotation):
-    import pydantic
-
     try:
         return pydantic.TypeAdapter(annotation).validate_json(text)
     except pydantic.ValidationError:

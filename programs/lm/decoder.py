@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ragscale.programs.lm.graphs import StepGraphs
+from ragscale.programs.lm.layouts import DECODE_ROWS
 from ragscale.programs.lm.step import BUCKETS, DecodeStep, supports
 
 logger = logging.getLogger(__name__)
@@ -48,8 +50,6 @@ def pick_way(model: Any, asked: str = "auto") -> tuple[str, int]:
     """
     if asked not in DECODE_WAYS:
         raise ValueError(f"unknown decode way {asked!r}; valid choices: {', '.join(DECODE_WAYS)}")
-    from ragscale.programs.lm.layouts import DECODE_ROWS
-
     int8 = getattr(model, "weight_layout", None) in ("int8", "int8-bf16")
     if asked == "auto":
         fits = supports(model) is None
@@ -82,8 +82,6 @@ class Decoder:
             raise ValueError(f"CUDA graphs replay on a GPU; this model is on {model.device}")
         self.graphs = None
         if graphs and self.step is not None:
-            from ragscale.programs.lm.graphs import StepGraphs
-
             self.graphs = StepGraphs(self.step.step)
         self.wanted = [b for b in BUCKETS if b <= self.max_rows]  # the buckets to compile
         self.buckets = list(self.wanted)

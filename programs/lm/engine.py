@@ -37,13 +37,24 @@ import json
 import os
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from dspy.lm15 import (
+    ContextLengthError,
+    Message,
+    Response,
+    TokenLogprob,
+    TopLogprob,
+    UnsupportedFeatureError,
+    Usage,
+    response_to_events,
+)
 
 from ragscale.programs.lm.batch import Batcher, Job
+from ragscale.programs.lm.models import layout_for, load_model, pick_device_dtype, resolve
+from ragscale.programs.lm.prefix_cache import PrefixCache, common_prefix
+from ragscale.programs.lm.prompt import render_chat, request_messages
 from ragscale.programs.lm.worker import EngineStoppedError, Worker
-
-if TYPE_CHECKING:
-    from ragscale.programs.lm.prefix_cache import PrefixCache
 
 __all__ = [
     "PREFIX_CACHE_BYTES",
@@ -66,8 +77,6 @@ def choice_logprobs(choices: list[str], scores: list[float], best: int) -> Any:
     """A constrained choice's log-likelihoods as one ``TokenLogprob``: the chosen option, with every option and
     its score (the sum of its tokens' log-probabilities) as the top alternatives. What DSPy returns as an output's
     ``logprobs`` when a call asks for them (``logprobs=True``): a calibrated choice reads it."""
-    from dspy.lm15 import TokenLogprob, TopLogprob
-
     top = tuple(TopLogprob(token=c, logprob=s) for c, s in zip(choices, scores, strict=True))
     return TokenLogprob(token=choices[best], logprob=scores[best], top=top)
 
@@ -112,8 +121,6 @@ class TorchEngine(Worker):
         decode: str | None = None,
         request_timeout_s: float | None = 3600.0,
     ) -> None:
-        from ragscale.programs.lm.prefix_cache import PrefixCache
-
         self.model, self.tokenizer = model, tokenizer
         self.context_window = int(getattr(model.config, "max_position_embeddings", 2048))
         self._tok_lock = threading.Lock()
@@ -145,8 +152,6 @@ class TorchEngine(Worker):
         layout (the one ``weights`` means, ``models.layout_for``: the default, ``auto`` and the layout they name
         are one) and decode way (``decode``, else :func:`decode_way`) give the same engine (weights and worker
         shared). ``load_model`` says what the arguments mean. Each caller holds it until it calls :meth:`release`."""
-        from ragscale.programs.lm.models import layout_for, load_model, pick_device_dtype, resolve
-
         picked_device, torch_dtype = pick_device_dtype(device, dtype)
         layout = layout_for(weights, picked_device, torch_dtype)
         decode = decode or decode_way()
@@ -191,10 +196,6 @@ class TorchEngine(Worker):
 
     # -- DSPy engine contract -------------------------------------------------------------------------------
     def complete(self, request: Any) -> Any:
-        from dspy.lm15 import ContextLengthError, Message, Response, UnsupportedFeatureError, Usage
-
-        from ragscale.programs.lm.prefix_cache import common_prefix
-
         self._refuse_if_released()
         config = request.config
         max_new = config.max_tokens or 256
@@ -254,8 +255,6 @@ class TorchEngine(Worker):
         )
 
     def stream(self, request: Any) -> Any:
-        from dspy.lm15 import response_to_events
-
         return response_to_events(self.complete(request))
 
     def release(self) -> None:
@@ -304,14 +303,10 @@ class TorchEngine(Worker):
     # -- prompts and tokens -----------------------------------------------------------------------------------
     def render(self, request: Any) -> str:
         """The prompt text for a DSPy ``Request`` (see :meth:`render_messages`)."""
-        from ragscale.programs.lm.prompt import request_messages
-
         return self.render_messages(request_messages(request))
 
     def render_messages(self, messages: list[dict]) -> str:
         """Chat template over ``messages``; a trailing assistant message is continued, not closed (``render_chat``)."""
-        from ragscale.programs.lm.prompt import render_chat
-
         return render_chat(self.tokenizer, messages)
 
     def count_tokens(self, text: str) -> int:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)
 _GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -150,8 +152,6 @@ def _metadata(fields: _Fields, n_values: int) -> tuple[int, str]:
 
 def _tensor_table(fields: _Fields, n_tensors: int) -> list[tuple[str, tuple[int, ...], Any, int, int]]:
     """Each tensor's name, dimensions, type, offset (from the data's start) and size in bytes."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
     fields.expect(n_tensors, 24, "tensor table")  # a name's length, the dimension count, type and offset at least
     tensors, names = [], set()
     for index in range(n_tensors):

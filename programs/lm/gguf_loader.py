@@ -17,7 +17,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ragscale.programs.lm.gguf_header import GGUFTensor
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType, dequantize
+from gguf.quants import quant_shape_to_byte_shape
+
+from ragscale.programs.lm.gguf_header import GGUFTensor, read_header
 
 _NAME_MAP_LOCK = threading.Lock()
 
@@ -37,14 +42,10 @@ def load_gguf(path: Path, dtype: Any, config_fields: dict[str, Any] | None = Non
     A parameter the file does not fill (other than one tied to a filled one) or a tensor of the wrong shape is an
     error naming it and the file, never a model with random weights.
     """
-    import numpy as np
     import torch
-    from gguf import dequantize
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, load_gguf_checkpoint
-
-    from ragscale.programs.lm.gguf_header import read_header
 
     if config_fields is None:
         config_fields = load_gguf_checkpoint(str(path))["config"]  # the config as AutoConfig reads it from the file
@@ -93,10 +94,6 @@ def read_tensor(file: Any, tensor: GGUFTensor) -> Any:
     """The data of ``tensor`` read from the open GGUF ``file`` as numpy holds it for ``gguf.dequantize``: plain
     types as their values in the tensor's shape (outermost dimension first), quantised ones as the bytes of each
     row's blocks."""
-    import numpy as np
-    from gguf import GGMLQuantizationType
-    from gguf.quants import quant_shape_to_byte_shape
-
     kind = tensor.kind
     plain = {
         GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32,
@@ -116,7 +113,6 @@ def weights_map(model: Any, processor: Any) -> dict[str, str]:
     map built once per load. That function visits every submodule (hundreds in a 24-layer model) and builds the
     architecture's name map anew at each, which takes seconds; the map depends only on the architecture and the
     layer count."""
-    import gguf
     from transformers.modeling_gguf_pytorch_utils import get_gguf_hf_weights_map
 
     with _NAME_MAP_LOCK:

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 
@@ -159,7 +160,6 @@ def buffer_cache(model: Any, rows: int, capacity: int, *, filled: int = 0, spare
     """A ``DynamicCache`` of :class:`BufferLayer`s for ``model``: ``rows`` rows of ``capacity`` positions, the
     buffers allocated now (so that a forward pass writes into them), the first ``filled`` positions zeros."""
     import torch
-    from transformers import DynamicCache
 
     config = model.config
     dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

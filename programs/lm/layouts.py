@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from ragscale.programs.lm.packed import PackedLinear, replace_linears
+
 LAYOUTS = ("fp32", "dense", "int8", "bf16", "int8-bf16")
 """The layouts; ``models.WEIGHTS`` (which the CLI and configs check without importing torch) adds ``auto``."""
 DECODE_ROWS = 4
@@ -113,8 +115,6 @@ class Int8Linear(torch.nn.Module):
     (``prefill=PackedLinear``, the default) or bfloat16 (``prefill=Bf16Linear``)."""
 
     def __init__(self, linear: torch.nn.Linear, decode_rows: int = DECODE_ROWS, prefill: type | None = None) -> None:
-        from ragscale.programs.lm.packed import PackedLinear
-
         super().__init__()
         self.in_features, self.out_features, self.decode_rows = linear.in_features, linear.out_features, decode_rows
         self.qweight, scale = quantize_rows(linear.weight.detach())
@@ -155,8 +155,6 @@ def weight_bytes(model: torch.nn.Module) -> int:
 def apply_layout(model: torch.nn.Module, weights: str) -> str:
     """Put ``model``'s linear layers in the layout ``weights`` (one of ``LAYOUTS``; ``models.layout_for`` turns the
     default and ``auto`` into one), in place; the layout applied."""
-    from ragscale.programs.lm.packed import PackedLinear, replace_linears
-
     if weights not in LAYOUTS:
         raise ValueError(f"unknown weight layout {weights!r}; valid choices: {', '.join(LAYOUTS)}")
     make = {

@@ -27,12 +27,18 @@ a chat template gets :data:`PLAIN_CHAT_TEMPLATE`.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata as metadata
 import logging
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ragscale.process import limit_heap, release_openmp_threads, trim_heap
+from ragscale.programs.lm.gguf_header import check_gguf
+from ragscale.programs.lm.gguf_loader import load_gguf
+from ragscale.programs.lm.gguf_metadata import gguf_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +104,6 @@ def cache_dir() -> Path:
 
 
 def _package_files(package: str, suffix: str) -> list[Path]:
-    import importlib.metadata as metadata
-
     try:
         dist = metadata.distribution(package)
     except metadata.PackageNotFoundError:
@@ -190,21 +194,15 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ragscale.process import limit_heap, release_openmp_threads, trim_heap
     from ragscale.programs.lm.layouts import apply_layout
 
     limit_heap()
     path = resolve(name)
     if path.is_file() and name not in PRESETS:
-        from ragscale.programs.lm.gguf_header import check_gguf
-
         check_gguf(path)
     device, torch_dtype = pick_device_dtype(device, dtype)
     weights = layout_for(weights, device, torch_dtype)  # before loading: a layout that cannot apply fails now
     if path.is_file():
-        from ragscale.programs.lm.gguf_loader import load_gguf
-        from ragscale.programs.lm.gguf_metadata import gguf_metadata
-
         tokenizer, config_fields = gguf_metadata(path, cache_dir())  # converted once, then read back as JSON
         model = load_gguf(path, torch_dtype, config_fields)  # one tensor at a time: from_pretrained holds it twice
     else:

@@ -17,9 +17,12 @@ One place for what the engine, the context-window check, the sweep's estimator a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from dspy import lm15
 
 SERVER_CONTEXT_WINDOW = 8192
 """The context window assumed for a server model unless ``load_lm(..., context_window=N)`` says otherwise."""
@@ -89,10 +92,6 @@ def chat(lm: Any, messages: Sequence[Mapping[str, str]], **config: Any) -> str:
 
 def chat_request(lm: Any, messages: Sequence[Mapping[str, str]], **config: Any) -> Any:
     """The ``dspy.lm15.Request`` that ``chat`` sends (calling ``lm`` with it returns the whole ``Response``)."""
-    import dataclasses
-
-    from dspy import lm15
-
     fields = {f.name for f in dataclasses.fields(lm15.Config)}
     config = {**{k: v for k, v in getattr(lm, "kwargs", {}).items() if k in fields and v is not None}, **config}
 

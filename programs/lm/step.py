@@ -27,6 +27,9 @@ from typing import Any
 
 import torch
 
+from ragscale.programs.lm.attention import NAME
+from ragscale.programs.lm.layouts import Int8Linear
+
 ARCHITECTURES = ("llama", "qwen2")
 
 
@@ -41,8 +44,6 @@ def supports(model: Any) -> str | None:
         return f"rope type {rope!r} (only the default rotary embedding is implemented)"
     if getattr(config, "use_sliding_window", False):
         return "sliding-window attention"
-    from ragscale.programs.lm.attention import NAME
-
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager", NAME):
         return f"attention implementation {config._attn_implementation!r}"
     return None
@@ -58,8 +59,6 @@ class Fused(torch.nn.Module):
     """
 
     def __init__(self, layers: list[torch.nn.Module]) -> None:
-        from ragscale.programs.lm.layouts import Int8Linear
-
         super().__init__()
         self.kind = "int8" if isinstance(layers[0], Int8Linear) else "dense"
         names = ("qweight", "scale") if self.kind == "int8" else ("weight",)
@@ -96,8 +95,6 @@ class Fused(torch.nn.Module):
 
 def can_fuse(layers: list[torch.nn.Module]) -> bool:
     """Whether ``layers`` are all int8 layers or all torch ``nn.Linear`` (oneDNN's packed weights are opaque)."""
-    from ragscale.programs.lm.layouts import Int8Linear
-
     kinds = {type(layer) for layer in layers}
     return kinds == {Int8Linear} or kinds == {torch.nn.Linear}
 

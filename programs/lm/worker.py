@@ -27,6 +27,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from ragscale.process import release_openmp_threads
+
 if TYPE_CHECKING:
     from ragscale.programs.lm.batch import Batcher, Job, Running
 
@@ -162,8 +164,6 @@ class Worker:
             self._serve()
 
     def _serve(self) -> None:
-        from ragscale.process import release_openmp_threads
-
         self._active = None
         closing = False  # close() was called: finish what is running, take nothing new
         while True:
