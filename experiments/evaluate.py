@@ -241,7 +241,8 @@ def summarize(
     """The run summary (see the module docstring); failed questions count as 0 in the score means.
     ``compile_usage`` (the counts of the LM calls compiling made: calls, input_tokens, output_tokens) gives the
     compile_* counts, 0 without it. ``resumed`` of the records were carried over from an earlier attempt.
-    ``corpus`` is what the run retrieved from (its ``CorpusIdentity`` as a dict), None for a run that retrieves nothing."""
+    ``corpus`` is what the run retrieved from (its ``CorpusIdentity`` as a dict), None for a run that retrieves
+    nothing."""
     usage = compile_usage or {"calls": 0, "input_tokens": 0, "output_tokens": 0}
     n = len(records)
     scores = record_scores(records)

@@ -125,6 +125,7 @@ def test_the_compiled_step_gives_the_static_steps_tokens(monkeypatch):
 
 def test_a_bucket_whose_warm_up_fails_is_left_to_transformers_forward_and_not_tried_again(monkeypatch, caplog):
     import ragscale.programs.lm.kv as kv
+    from ragscale.programs.lm import decoder as ways
 
     model, _ = load_model("smollm2-135m", weights="int8")
     decoder = Decoder(model, "compiled")
@@ -133,6 +134,7 @@ def test_a_bucket_whose_warm_up_fails_is_left_to_transformers_forward_and_not_tr
         raise MemoryError("no room for a KV buffer")
 
     monkeypatch.setattr(kv, "buffer_cache", no_room)
+    monkeypatch.setattr(ways, "memory", lambda: (2**40, 2**40))  # room for the bucket, whatever else runs here
     decoder.prepare()  # what the engine's worker does; it must not end the worker
     assert decoder.buckets == [] and decoder.max_rows == 0 and decoder.prepared
     assert "could not be compiled for 1 rows" in caplog.text
