@@ -4,9 +4,7 @@ A flag is a name, its ``add_argument`` settings and its help; its default is ``R
 which the help reads (``with_default``). ``ragscale run`` adds them without defaults (``argparse.SUPPRESS``: a flag
 left out keeps the TOML's value or the config's default); ``sweep``, ``allocate``, ``compare``, ``ingest`` and ``ask``
 add them with ``defaults=True``. A subcommand that asks something else of a flag (a sweep's teacher, the LM a stored
-sweep ran with) changes its help, or its default, where it adds it (``add_flag``).
-
-The registries behind the choices are imported when a parser is built, not when this module is."""
+sweep ran with) changes its help, or its default, where it adds it (``add_flag``)."""
 
 from __future__ import annotations
 
@@ -29,11 +27,7 @@ LM_HELP = "a preset, a local HF model dir, a .gguf file, or openai/<model> with 
 def _model_flags() -> dict[str, dict[str, Any]]:
     """The LM that answers, the one that teaches, and how prompts are written to them."""
     return {
-        "--lm": {
-            "help": with_default(
-                "a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base", "lm"
-            )
-        },
+        "--lm": {"help": with_default(LM_HELP, "lm")},
         "--teacher": {
             "help": "an LM (e.g. qwen2.5-coder-1.5b) that runs the teacher program of bootstrap, random-search or "
             "mipro: its traces become the demonstrations of --lm"
