@@ -1,5 +1,5 @@
 """Real servers for the tests: a free port, a command run until the test is done (the opt-in ``-m server`` tests),
-and a minimal OpenAI-compatible chat server run in a thread."""
+and a minimal OpenAI-compatible chat server run in a thread, well or failing as a broken server does."""
 
 import contextlib
 import json
@@ -73,6 +73,9 @@ def serving_in_thread(handler: type):
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        release = getattr(handler, "release", None)  # a hung request of ``faulty_chat("hang")`` ends
+        if release is not None:
+            release.set()
         server.shutdown()
         server.server_close()
 
@@ -108,3 +111,57 @@ class ChatCompletions(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+FAULTS = ("500", "alternate", "hang", "garbage", "dies")
+
+
+def faulty_chat(fault: str, *, after: int = 0) -> type:
+    """A ``ChatCompletions`` server class (its own, so each test counts its own calls) that lists its models, as a
+    live server does, and then fails its completions the way a broken OpenAI-compatible server fails: ``"500"``
+    answers every one HTTP 500; ``"alternate"`` every other one (the first fails); ``"hang"`` accepts the request and
+    never answers until the server is shut down; ``"garbage"`` answers 200 with a body that is not JSON; ``"dies"``
+    answers ``after`` completions and then closes every connection without a reply, as a crashed server's port does.
+    ``serving_in_thread`` releases a hung request when its block ends."""
+    if fault not in FAULTS:
+        raise ValueError(f"fault {fault!r}: one of {', '.join(FAULTS)}")
+    import threading
+
+    class Faulty(ChatCompletions):
+        received: list[dict] = []  # noqa: RUF012
+        calls = 0
+        release = threading.Event()
+
+        def do_GET(self):
+            data = json.dumps({"object": "list", "data": [{"id": "x", "object": "model"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):
+            cls = type(self)
+            cls.calls += 1
+            if fault == "hang":
+                cls.release.wait(timeout=600)
+                return
+            if fault == "dies" and cls.calls > after:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if fault == "500" or (fault == "alternate" and cls.calls % 2 == 1):
+                self.send_error(500, "internal error")
+                return
+            if fault == "garbage":
+                data = b"<html>not json"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            super().do_POST()
+
+    Faulty.__name__ = f"Faulty{fault.capitalize()}"
+    return Faulty
