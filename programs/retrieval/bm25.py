@@ -14,7 +14,9 @@ No stemming. A passage is indexed as ``title + " " + text``, so a title match co
 Persistence, without pickle: ``index_dir/bm25/<key>/`` holds the arrays (``postings.npz``, read with
 ``allow_pickle=False``) and the vocabulary (``terms.json``); ``key`` names the corpus (its digest when the caller
 has one) and the tokenizer, so a changed corpus or tokenizer gets a new index. The folder is written under a
-temporary name and renamed when whole.
+temporary name, its manifest (``manifest.py``: each file's size and checksum, the passage count) last, and renamed
+when whole; a failed write removes it. On open the folder is checked against its manifest, and an index that is
+not as recorded (a file truncated, altered or missing, no manifest) is rebuilt with a warning.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ragscale.programs.retrieval import manifest
 from ragscale.programs.retrieval.passage import Passage, corpus_key, corpus_passages, index_key, progress_bar
 
 logger = logging.getLogger(__name__)
@@ -134,30 +137,35 @@ class BM25Retriever:
         return scores
 
     def _load(self) -> dict[str, Any] | None:
-        if self.path is None or not (self.path / "postings.npz").is_file():
+        """The stored index when its folder matches its manifest and the corpus; a broken one is rebuilt."""
+        if self.path is None or not self.path.exists():
             return None
-
+        try:
+            manifest.check(self.path, format=FORMAT, passages=len(self.passages))
+        except manifest.BrokenIndexError as error:
+            logger.warning("BM25 index %s is broken: %s; rebuilding it", self.path, error)
+            return None
         meta = json.loads((self.path / "terms.json").read_text(encoding="utf-8"))
-        if meta.get("format") != FORMAT or meta.get("passages") != len(self.passages):
-            logger.warning("BM25 index %s does not match the corpus; rebuilding it", self.path)
-            return None
-        with np.load(self.path / "postings.npz", allow_pickle=False) as stored:
-            arrays = {name: stored[name] for name in ("docs", "weights", "starts")}
-        return {**arrays, "terms": {term: index for index, term in enumerate(meta["terms"])}}
+        with np.load(self.path / "postings.npz", allow_pickle=False) as arrays:
+            loaded = {name: arrays[name] for name in ("docs", "weights", "starts")}
+        return {**loaded, "terms": {term: index for index, term in enumerate(meta["terms"])}}
 
     def _save(self, arrays: dict[str, Any]) -> None:
+        """Write the index under a temporary name, its manifest last, and rename it whole; a failed write leaves
+        nothing behind."""
         if self.path is None:
             return
-
         partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        np.savez(partial / "postings.npz", docs=arrays["docs"], weights=arrays["weights"], starts=arrays["starts"])
-        meta = {"format": FORMAT, "tokenizer": TOKENIZER_VERSION, "passages": len(self.passages),
-                "terms": list(arrays["terms"])}  # fmt: skip
-        (partial / "terms.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
-        shutil.rmtree(self.path, ignore_errors=True)
-        partial.replace(self.path)
+        with manifest.cleaned_up(partial, self.path):
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            np.savez(partial / "postings.npz", docs=arrays["docs"], weights=arrays["weights"], starts=arrays["starts"])
+            meta = {"format": FORMAT, "tokenizer": TOKENIZER_VERSION, "passages": len(self.passages),
+                    "terms": list(arrays["terms"])}  # fmt: skip
+            (partial / "terms.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+            manifest.write(partial, format=FORMAT, passages=len(self.passages), files=("postings.npz", "terms.json"))
+            shutil.rmtree(self.path, ignore_errors=True)
+            partial.replace(self.path)
 
     def __call__(self, query: str, k: int) -> list[Passage]:
         if k <= 0:

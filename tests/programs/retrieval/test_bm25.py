@@ -45,7 +45,7 @@ def test_a_persisted_bm25_index_is_reloaded_from_its_arrays_and_answers_the_same
     from ragscale.programs.retrieval import bm25
 
     built = BM25Retriever(corpus, index_dir=tmp_path)
-    assert {path.name for path in built.path.iterdir()} == {"postings.npz", "terms.json"}
+    assert {path.name for path in built.path.iterdir()} == {"postings.npz", "terms.json", "manifest.json"}
 
     def no_tokenizing(text):
         raise AssertionError("a persisted index is read back, not tokenised again")
