@@ -5,7 +5,7 @@
                     chunk ids; and the dense index in use with a digest of each vector's text
     chunks.jsonl    one chunk per line: id, document, source, page, kind, text, method, context ("" if none)
     contexts.json   the contextual-retrieval cache: sha256(model, document text, chunk text) -> context
-    index/          the retriever's indexes (chromadb + BM25 JSON)
+    index/          the retriever's indexes (a chromadb store per dense index, BM25's arrays)
 
 A chunk's indexed text is its context (if any), a blank line and its text, for BM25 and for the embedder alike;
 a passage's title is ``"<document>, page <n>"``. A changed corpus gets a new chromadb collection (its name hashes
@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from ragscale.programs.retrieval import (
     Passage,
     format_passage,
 )
-from ragscale.programs.retrieval.dense import chroma_client
+from ragscale.programs.retrieval.dense import stored_collection
 
 log = logging.getLogger(__name__)
 
@@ -141,36 +142,31 @@ class Collection:
         previous = record.get("dense")
         if not previous or previous == dense.collection_name or record.get("embedder") != dense.embedder.name:
             return 0
-        names = {getattr(c, "name", c) for c in dense.client.list_collections()}
-        if previous not in names:
-            return 0
         digests = record.get("vectors", {})
         missing = set(dense.missing_ids())
         wanted = [
             p.id for p in dense.passages if p.id in missing and digests.get(p.id) == _vector_digest(p.title, p.text)
         ]
-        source = dense.client.get_collection(previous)
         copied = 0
-        for start in range(0, len(wanted), 1000):
-            got = source.get(ids=wanted[start : start + 1000], include=["embeddings", "metadatas"])
-            if got["ids"]:
-                dense.collection.add(ids=got["ids"], embeddings=got["embeddings"], metadatas=got["metadatas"])
-                copied += len(got["ids"])
+        with stored_collection(self.root / "index", previous) as source:
+            if source is None:
+                return 0
+            for start in range(0, len(wanted), 1000):
+                got = source.get(ids=wanted[start : start + 1000], include=["embeddings", "metadatas"])
+                if got["ids"]:
+                    dense.add(got["ids"], got["embeddings"], got["metadatas"])
+                    copied += len(got["ids"])
         if copied:
             log.info("reused %d vectors of %s", copied, previous)
         return copied
 
     def drop_stale_indexes(self, keep: str | None, keep_bm25: Path | None = None) -> None:
-        """Delete chromadb collections other than `keep` and, when `keep_bm25` is given, the other BM25 files."""
+        """Delete dense stores other than `keep` (and the single store of an earlier layout, `chroma/`) and, when
+        `keep_bm25` is given, the other BM25 indexes."""
         index = self.root / "index"
-        if (index / "chroma").is_dir():
-            client = chroma_client(index)
-            for stale in client.list_collections():
-                name = getattr(stale, "name", stale)
-                if name != keep:
-                    client.delete_collection(name)
-        bm25 = index / "bm25"
-        if bm25.is_dir() and keep_bm25 is not None:
-            for path in bm25.glob("*.json"):
-                if path.resolve() != Path(keep_bm25).resolve():
-                    path.unlink()
+        shutil.rmtree(index / "chroma", ignore_errors=True)
+        stale = [path for path in (index / "dense").glob("*") if path.name != keep]
+        if keep_bm25 is not None:
+            stale += [path for path in (index / "bm25").glob("*") if path.resolve() != Path(keep_bm25).resolve()]
+        for path in stale:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()

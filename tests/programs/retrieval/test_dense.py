@@ -85,4 +85,4 @@ def test_a_chroma_server_given_by_url_serves_the_dense_index(corpus, tmp_path):
         retriever = DenseRetriever(corpus, index_dir=tmp_path, chroma_url=f"http://127.0.0.1:{port}")
         assert retriever.collection.count() == len(corpus)
         assert retriever(QUESTION, 1)[0].title == "Raymond Robertsen"
-        assert not (tmp_path / "chroma").exists()
+        assert not (tmp_path / "dense").exists()
