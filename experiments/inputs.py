@@ -124,7 +124,8 @@ def corpus_for(config: RunConfig, train, evalset) -> Corpus:
     try:
         corpus = load_corpus(config.corpus, config.data_dir, questions=[*train, *evalset])
     except CorpusError as exc:
-        raise ConfigError(f"--corpus: {exc}") from exc
+        message = str(exc)  # one that names the flag already is not prefixed again
+        raise ConfigError(message if message.startswith("--corpus") else f"--corpus {message}") from exc
     return corpus.with_paragraphs(evalset) if config.eval_file is not None else corpus
 
 
