@@ -59,8 +59,9 @@ def add_sweep(subparsers) -> None:
     add_flag(
         sweep, "--api-base", known=known,
         help="URL of an OpenAI-compatible server; several, comma-separated, are replicas of one openai/<model> --lm, "
-        "each configuration running on the least busy. A configuration is keyed by the sorted list, not by its "
-        "replica: a rerun given the same URLs, in any order, skips the finished ones",
+        "each configuration running on the least busy; one that does not answer at the start is left out with a "
+        "warning, and a configuration that fails on one is tried once more on another. A configuration is keyed by "
+        "the sorted list, not by its replica: a rerun given the same URLs, in any order, skips the finished ones",
     )  # fmt: skip
     sweep.add_argument(
         "--parallel-runs", dest="parallel_runs", type=int, default=1,
