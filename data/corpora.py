@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.data.corpus import build_corpus, passage_id
-from ragscale.data.datasets import DATASETS, SPLITS, DatasetError, read_jsonl
+from ragscale.data.datasets import DATASETS, SPLITS, DatasetError, read_jsonl, special_file, type_found
 
 POOLED = "all"
 QUESTIONS = "questions"
@@ -161,12 +161,16 @@ def _read(name: str, files: list[Path], data_dir: Path) -> Corpus:
 def read_corpus_file(path: str | Path) -> Corpus:
     """A JSONL corpus file, line by line (FlashRAG's ``{"id", "contents"}`` or ``{"id", "title", "text"}``).
 
-    Raises ``CorpusError`` naming the file and line for a missing file, bytes that are not UTF-8, a line that is
-    not a JSON object, a missing or empty field, an id seen on an earlier line, and a file with no passage.
+    Raises ``CorpusError`` naming the file and line for a missing file, a FIFO or device (``special_file``), bytes
+    that are not UTF-8, a line that is not a JSON object, a field missing, empty or not a string (naming the type
+    found), an id seen on an earlier line, and a file with no passage.
     """
     path = Path(path)
     if path.is_dir():
         raise CorpusError("is a directory, not a JSONL corpus", path=path)
+    special = special_file(path)
+    if special is not None:
+        raise CorpusError(f"--corpus {path} is {special}, not a regular file")
     if not path.is_file():
         raise CorpusError(f"no such file (--corpus takes a JSONL file or one of {', '.join(CORPORA)})", path=path)
     corpus = Corpus(str(path), [])
@@ -208,10 +212,16 @@ def _passage_of(raw: bytes, path: Path, number: int) -> tuple[str, str, str]:
     if isinstance(pid, int) and not isinstance(pid, bool):
         pid = str(pid)
     if not isinstance(pid, str) or not pid:
-        raise CorpusError(f"field 'id': expected a non-empty string, got {pid!r}", path=path, line=number, field="id")
+        found = repr(pid) if isinstance(pid, str) else type_found(pid)
+        raise CorpusError(f"field 'id': expected a non-empty string, got {found}", path=path, line=number, field="id")
     if "contents" in record:
         contents = record["contents"]
-        if not isinstance(contents, str) or not contents.strip():
+        if not isinstance(contents, str):
+            raise CorpusError(
+                f"field 'contents': expected a string, got {type_found(contents)}", path=path, line=number,
+                field="contents",
+            )  # fmt: skip
+        if not contents.strip():
             raise CorpusError("field 'contents' is empty", path=path, line=number, field="contents")
         title, _, text = contents.partition("\n")
         title = title.strip()
@@ -224,7 +234,7 @@ def _passage_of(raw: bytes, path: Path, number: int) -> tuple[str, str, str]:
         for key, value in (("title", title), ("text", text)):
             if not isinstance(value, str):
                 raise CorpusError(
-                    f"field {key!r}: expected a string, got {type(value).__name__}", path=path, line=number, field=key
+                    f"field {key!r}: expected a string, got {type_found(value)}", path=path, line=number, field=key
                 )
         if not text.strip():
             raise CorpusError("field 'text' is empty", path=path, line=number, field="text")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,36 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
+def type_found(value: Any) -> str:
+    """The JSON type of ``value`` as a message names it: ``list``, ``int``, ``null``; a list with items that are not
+    strings also names theirs (``list of int, null``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        items = sorted({type_found(item) for item in value if not isinstance(item, str)})
+        return f"list of {', '.join(items)}" if items else "list"
+    return type(value).__name__
+
+
+SPECIAL_FILES = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def special_file(path: Path) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a folder (``"a FIFO"``, ``"a socket"``,
+    ...), else None. A data file must be a regular file: a FIFO gives its bytes once, to one reader, and a file is
+    read more than once (checked before the model loads, then read)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    return next((kind for test, kind in SPECIAL_FILES if test(mode)), None)
+
+
 def validate_record(record: Any) -> tuple[str, str] | None:
     """``None`` when ``record`` follows the schema, else ``(field, problem)`` for the first bad field."""
     if not isinstance(record, Mapping):
@@ -63,14 +94,14 @@ def validate_record(record: Any) -> tuple[str, str] | None:
         if field not in record:
             return field, "missing field"
         if not isinstance(record[field], str):
-            return field, f"expected a string, got {type(record[field]).__name__}"
+            return field, f"expected a string, got {type_found(record[field])}"
     if not record["question"].strip():
         return "question", "empty question"
     for field in ("answers", "supporting_titles"):
         if field not in record:
             return field, "missing field"
         if not _is_str_list(record[field]):
-            return field, f"expected a list of strings, got {json.dumps(record[field])[:80]}"
+            return field, f"expected a list of strings, got {type_found(record[field])}"
     if not record["answers"]:
         return "answers", "expected at least one answer"
     if "paragraphs" not in record:
@@ -85,7 +116,7 @@ def validate_record(record: Any) -> tuple[str, str] | None:
             if key not in paragraph:
                 return f"{name}.{key}", "missing field"
             if not isinstance(paragraph[key], kind):
-                return f"{name}.{key}", f"expected {kind.__name__}, got {type(paragraph[key]).__name__}"
+                return f"{name}.{key}", f"expected {kind.__name__}, got {type_found(paragraph[key])}"
     decomposition = record.get("decomposition")
     if decomposition is not None and not isinstance(decomposition, list):
         return "decomposition", f"expected a list or null, got {type(decomposition).__name__}"
@@ -104,6 +135,9 @@ def read_jsonl(path: str | Path) -> list[dict]:
     path = Path(path)
     if path.is_dir():
         raise DatasetError("is a directory, not a JSONL file", path=path)
+    special = special_file(path)
+    if special is not None:
+        raise DatasetError(f"is {special}, not a regular file", path=path)
     if not path.is_file():
         raise DatasetError("no such file", path=path)
     records: list[dict] = []

@@ -9,7 +9,8 @@ or value at fault:
   holding the dataset, every line of the train and evaluation files (``read_jsonl``: JSON, UTF-8, the schema, unique
   question ids), the corpus the run searches (every line of a corpus file) and ``docs`` against its passages, and
   the runs directory writable, and the servers it names by URL answering (``reach.check_reachable``: ``--api-base``,
-  ``--teacher-api-base``, ``--chroma-url``); it returns the corpus it read, which the run then searches;
+  of whose replicas one is enough, ``--teacher-api-base``, ``--chroma-url``); it returns the corpus it read, which
+  the run then searches;
 - ``check_lm(name, flag)``: a model given as a path, without loading it;
 - ``check_writable_dir(path, flag)`` and ``check_output_file(path, flag)``: a folder or a file path that the command
   will write, created (the folder) and tried with a scratch file now.
@@ -25,7 +26,7 @@ from pathlib import Path
 from ragscale.data import DATASETS, DatasetError, read_jsonl
 from ragscale.data.corpora import Corpus, CorpusError, load_corpus
 from ragscale.experiments.config import ConfigError, RunConfig
-from ragscale.experiments.reach import check_reachable, is_http
+from ragscale.experiments.reach import answering, check_reachable, is_http
 from ragscale.programs import method_named
 from ragscale.programs.lm.gguf_header import check_gguf
 from ragscale.programs.lm.models import PRESETS, resolve
@@ -65,11 +66,13 @@ def check_lm(name: str, flag: str = "--lm") -> None:
 
 
 def check_servers(config: RunConfig) -> None:
-    """Every server ``config`` names by URL answers (``reach.check_reachable``); a sweep's ``api_base`` may name
-    several replicas, comma-separated."""
-    for url in (config.api_base or "").split(","):
-        if is_http(url.strip()):
-            check_reachable(url.strip(), "--api-base", "openai")
+    """Every server ``config`` names by URL answers (``reach.check_reachable``). A sweep's ``api_base`` may name
+    several replicas, comma-separated: one that answers is enough (the sweep warns about the others and runs
+    without them: ``sweep/replicas.py``), none answering is the first one's error."""
+    urls = [url.strip() for url in (config.api_base or "").split(",") if url.strip()]
+    live, dead = answering(urls, "--api-base", "openai")
+    if dead and not live:
+        raise dead[0]
     if is_http(config.teacher_api_base):
         check_reachable(config.teacher_api_base, "--teacher-api-base", "openai")
     chroma = config.chroma_url
@@ -124,7 +127,8 @@ def corpus_for(config: RunConfig, train, evalset) -> Corpus:
     try:
         corpus = load_corpus(config.corpus, config.data_dir, questions=[*train, *evalset])
     except CorpusError as exc:
-        raise ConfigError(f"--corpus: {exc}") from exc
+        message = str(exc)  # one that names the flag already is not prefixed again
+        raise ConfigError(message if message.startswith("--corpus") else f"--corpus {message}") from exc
     return corpus.with_paragraphs(evalset) if config.eval_file is not None else corpus
 
 

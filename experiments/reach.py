@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 
 from ragscale.experiments.config import ConfigError
 
@@ -52,3 +53,17 @@ def check_reachable(url: str, flag: str, kind: str) -> None:
             f"{flag} {url}: no server answered (tried GET {probe}, {TIMEOUT_S:.0f} s timeout: {reason}); "
             f"start it or give another URL"
         ) from exc
+
+
+def answering(urls: Iterable[str], flag: str, kind: str) -> tuple[list[str], list[ConfigError]]:
+    """The URLs of ``urls`` that answer (``check_reachable``; one that is not ``http(s)://`` is kept untried), and
+    the error of each that does not: replicas of one server, of which those that answer are enough."""
+    live, dead = [], []
+    for url in urls:
+        try:
+            if is_http(url):
+                check_reachable(url, flag, kind)
+            live.append(url)
+        except ConfigError as exc:
+            dead.append(exc)
+    return live, dead

@@ -4,8 +4,11 @@ import json
 import threading
 
 import dspy
+import pytest
 from dspy.lm15 import Message, Response, TextPart, Usage
 
+from ragscale.experiments.cli import main
+from ragscale.programs.lm import engine as engines
 from ragscale.programs.lm.engine import choice_logprobs, enum_choices
 from ragscale.programs.lm.meter import MeteredLM
 from ragscale.programs.lm.prompt import render_chat, request_messages
@@ -245,3 +248,13 @@ def tokenizer_lm(tokenizer, examples=None) -> MeteredLM:
     golds = {ex.question: ex.answers[0] for split in examples for ex in split} if examples else None
     engine = TokenizerEngine(tokenizer, golds)
     return MeteredLM("local/scripted", engine=engine, cache=False, num_retries=0, context_window=8192)
+
+
+def refused(argv: list[str], capsys) -> str:
+    """Run ``ragscale argv``; assert that it exits with 2 and loaded no model; return what it wrote to stderr."""
+    loaded = set(engines._SHARED)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert set(engines._SHARED) == loaded, "a model was loaded before the input was refused"
+    return capsys.readouterr().err

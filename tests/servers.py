@@ -82,9 +82,17 @@ def serving_in_thread(handler: type):
 
 class ChatCompletions(BaseHTTPRequestHandler):
     """A minimal /v1/chat/completions: answers with the capital named in the prompt, in DSPy's chat format when the
-    prompt asks for it."""
+    prompt asks for it; a GET lists its models, as a live server does."""
 
     received: list[dict] = []  # noqa: RUF012 -- the requests this server saw, for the test to inspect
+
+    def do_GET(self):  # /v1/models, as a live server lists them (what the check before a run asks)
+        data = json.dumps({"object": "list", "data": [{"id": "x", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -131,14 +139,6 @@ def faulty_chat(fault: str, *, after: int = 0) -> type:
         received: list[dict] = []  # noqa: RUF012
         calls = 0
         release = threading.Event()
-
-        def do_GET(self):
-            data = json.dumps({"object": "list", "data": [{"id": "x", "object": "model"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
         def do_POST(self):
             cls = type(self)

@@ -52,14 +52,16 @@ def add_sweep(subparsers) -> None:
     sweep.add_argument("--shots", default=",".join(map(str, DEFAULT_SHOTS)), help="demonstrations m (learned)")
     sweep.add_argument("--iterations", default=",".join(map(str, DEFAULT_ITERATIONS)), help="IterDRAG steps n")
     sweep.add_argument(
-        "--budgets", default=",".join(map(format_size, DEFAULT_BUDGETS)), help="effective-context budgets, e.g. 2k,4k"
-    )
+        "--budgets", default=",".join(map(format_size, DEFAULT_BUDGETS)),
+        help="effective-context budgets, positive token counts, e.g. 2k,4k",
+    )  # fmt: skip
     add_flag(sweep, "--lm", known=known, defaults=True)
     add_flag(
         sweep, "--api-base", known=known,
         help="URL of an OpenAI-compatible server; several, comma-separated, are replicas of one openai/<model> --lm, "
-        "each configuration running on the least busy. A configuration is keyed by the sorted list, not by its "
-        "replica: a rerun given the same URLs, in any order, skips the finished ones",
+        "each configuration running on the least busy; one that does not answer at the start is left out with a "
+        "warning, and a configuration that fails on one is tried once more on another. A configuration is keyed by "
+        "the sorted list, not by its replica: a rerun given the same URLs, in any order, skips the finished ones",
     )  # fmt: skip
     sweep.add_argument(
         "--parallel-runs", dest="parallel_runs", type=int, default=1,
@@ -104,7 +106,7 @@ def add_sweep_flags(sweep) -> None:
 
 
 def _grid_and_base(args) -> tuple[Grid, RunConfig]:
-    budgets = tuple(sorted({parse_size(b) for b in args.budgets.split(",") if b.strip()}))
+    budgets = tuple(sorted({parse_size(b, "--budgets") for b in args.budgets.split(",") if b.strip()}))
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     if not methods:
         raise ConfigError(f"--methods {args.methods!r} names no method; give one or more of {','.join(METHODS)}")
@@ -210,7 +212,7 @@ def add_allocate(subparsers) -> None:
 def cmd_allocate(args: argparse.Namespace) -> int:
     corpus = corpus_name(args.corpus) if args.corpus is not None else None
     sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm, corpus)
-    choice = allocate(sweep_dir, parse_size(args.budget))
+    choice = allocate(sweep_dir, parse_size(args.budget, "--budget"))
     print(json.dumps(choice, indent=2))
     return 0
 

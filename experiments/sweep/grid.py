@@ -29,13 +29,17 @@ DEFAULT_BUDGETS = (500, 1000, 2000, 4000)
 DEFAULT_LIMIT = 20
 
 
-def parse_size(text: str) -> int:
-    """ "16k" -> 16000, "1m" -> 1000000, "800" -> 800."""
+def parse_size(text: str, flag: str = "budget") -> int:
+    """ "16k" -> 16000, "1m" -> 1000000, "800" -> 800; anything else, or a count under one token, is a
+    ``ConfigError`` naming ``flag`` and the value."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", text)
     if not match:
-        raise ConfigError(f"budget {text!r} is not a token count such as 800, 2k or 1m")
+        raise ConfigError(f"{flag} {text!r} is not a token count such as 800, 2k or 1m")
     scale = {"": 1, "k": 1000, "m": 1_000_000}[match.group(2).lower()]
-    return int(float(match.group(1)) * scale)
+    tokens = int(float(match.group(1)) * scale)
+    if tokens < 1:
+        raise ConfigError(f"{flag} {text!r} is not a positive token count such as 800, 2k or 1m")
+    return tokens
 
 
 def format_size(tokens: float) -> str:
@@ -73,6 +77,9 @@ class Grid:
                 raise ConfigError(f"unknown sweep method {method!r}; valid choices: {', '.join(sorted(PROGRAMS))}")
         if not self.budgets:
             raise ConfigError("a sweep needs at least one budget")
+        below = [budget for budget in self.budgets if not budget >= 1]
+        if below:
+            raise ConfigError(f"budgets {', '.join(map(str, below))}: a budget is a positive token count")
 
 
 @dataclass(frozen=True)

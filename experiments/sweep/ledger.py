@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 SWEEP_KEY_TAG = "ragscale.sweep_key"
 ESTIMATE_TAG = "ragscale.sweep_estimate"  # the estimate made just before the configuration ran, as JSON
+REPLICA_TAG = "ragscale.sweep_replica"  # the server that ran the configuration, of several replicas
 LEDGER = "ledger.json"
 RESULTS = "results.json"  # the rows, the per-budget table, the oracle rows and the claims
 ALLOCATION = "allocation.json"  # the fitted allocation model
@@ -72,15 +73,16 @@ def save_ledger(sweep_dir: Path, ledger: Mapping[str, dict]) -> None:
 
 def ledger_row(
     run_id: str, lm: str | None, values: Mapping[str, Any], estimate: Mapping[str, Any], *,
-    program: str | None = None, carried: int = 0,
+    program: str | None = None, carried: int = 0, replica: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """A finished configuration's row: its run, its LM, its summary values (``ROW_FIELDS``, by the names of the
     run's summary and MLflow metrics), the estimate made just before it ran (``estimate_fields``), the digest of the
-    program it ran and how many questions it carried from a smaller iteration cap (``carry.py``)."""
+    program it ran, how many questions it carried from a smaller iteration cap (``carry.py``) and the server that
+    ran it (``replica``: its URL; None for a local model)."""
     row = {"run_id": run_id, "lm": lm, **{name: values.get(name) for name in ROW_FIELDS}}
     row["n"], row["failed"] = int(row["n"] or 0), int(row["failed"] or 0)
     row["resumed"] = int(values.get("resumed") or 0)  # questions carried over: eval_s did not time them
-    return {**row, "program": program, "carried": carried, **estimate}
+    return {**row, "program": program, "carried": carried, "replica": replica, **estimate}
 
 
 def mlflow_rows(runs_dir: Path) -> dict[str, dict]:
@@ -90,7 +92,10 @@ def mlflow_rows(runs_dir: Path) -> dict[str, dict]:
         key = run.data.tags.get(SWEEP_KEY_TAG)
         if key is not None:
             estimate = {k: v for k, v in json.loads(run.data.tags.get(ESTIMATE_TAG, "{}")).items() if k in FIELDS}
-            rows[key] = ledger_row(run.info.run_id, run.data.tags.get("lm"), run.data.metrics, estimate)
+            rows[key] = ledger_row(
+                run.info.run_id, run.data.tags.get("lm"), run.data.metrics, estimate,
+                replica=run.data.tags.get(REPLICA_TAG),
+            )  # fmt: skip
     return rows
 
 

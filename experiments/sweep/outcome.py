@@ -15,7 +15,15 @@ from ragscale.experiments.sweep.grid import format_size
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.ledger import ALLOCATION, LEDGER, RESULTS, SCORES
 from ragscale.experiments.sweep.plan import PlannedPoint, format_plan
-from ragscale.experiments.sweep.report import budget_table, fit_allocation, format_allocation, format_grid, format_table
+from ragscale.experiments.sweep.replicas import server_urls
+from ragscale.experiments.sweep.report import (
+    budget_table,
+    fit_allocation,
+    format_allocation,
+    format_grid,
+    format_replicas,
+    format_table,
+)
 from ragscale.experiments.sweep.report import plot as plot_rows
 from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.sitting import Sitting
@@ -96,8 +104,9 @@ def write(
     fitted: dict | None,
 ) -> Path | None:  # fmt: skip
     """Write ``results`` (``results.json``), the tables, the plan, the per-question scores, the plot of ``found``
-    (the rows, the oracle rows) and the allocation model into the sweep's folder, report the tables, and log them
-    with the sweep's metrics to its MLflow run; returns the plot's path (None without rows)."""
+    (the rows, the oracle rows) and the allocation model into the sweep's folder, report the tables (and, over
+    several replicas, which ran what), and log them with the sweep's metrics to its MLflow run; returns the plot's
+    path (None without rows)."""
     base, grid, sweep_dir, report = sitting.base, sitting.grid, sitting.got.sweep_dir, sitting.report
     rows, oracle = found
     questions = len(sitting.got.evalset)
@@ -127,6 +136,8 @@ def write(
         artifacts.append(sweep_dir / ALLOCATION)
     report(best)
     report(every)
+    if rows and len(server_urls(base.api_base)) > 1:
+        report(format_replicas(rows))
     if fitted is not None:
         report(format_allocation(fitted))
     report(checked)

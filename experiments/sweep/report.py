@@ -108,6 +108,14 @@ def format_grid(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def format_replicas(rows: Sequence[Row]) -> str:
+    """Which server ran which configuration: a line per replica, its configurations in the rows' order."""
+    ran: dict[str, list[str]] = {}
+    for r in rows:
+        ran.setdefault(r.replica or "a server not recorded", []).append(r.label)
+    return "\n".join(f"on {replica}: {len(shown)} ran ({', '.join(shown)})" for replica, shown in sorted(ran.items()))
+
+
 def format_estimates(rows: Sequence[Row]) -> str:
     """Every measured configuration's effective context as estimated just before it ran (``estimate.py``), its
     basis, and what its run counted: the error is the estimate's, relative to the count."""

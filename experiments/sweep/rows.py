@@ -42,6 +42,7 @@ class Row:
     resumed: int = 0  # questions carried over from a killed run, or carried (``carry.py``): eval_s did not time them
     carried: int = 0  # of those, the ones carried from a smaller iteration cap (``carry.py``)
     program: str | None = None  # the digest of the program it ran (``carry.program_digest``); None where unknown
+    replica: str | None = None  # the server that ran it, of the sweep's ``api_base``; None for a local model
     estimated_effective_context: float | None = None
     estimated_low: float | None = None
     estimated_high: float | None = None

@@ -14,12 +14,14 @@ whatever their method, so a sweep stopped by its time limit has filled the small
 plan without running, ``allocate`` reads the stored allocation model.
 
 Several configurations may run at once (``parallel_runs``), each on one of the LM's servers: ``api_base`` may name
-several replicas of one model, comma-separated. Each configuration takes the least busy replica when it starts, and
-carries the whole list, sorted, as its ``api_base``: the replicas are one server, so a configuration's key (which
-names ``api_base``) does not depend on the replica that answered it, and a rerun given the same URLs, in any order,
-skips the finished configurations. One URL is kept as given, so single-server keys are what they were; adding or
-removing a replica changes every key. Ctrl-C or SIGTERM cancels the configurations not started and ends those
-running at their next LM or module call, each KILLED with its finished questions kept, as a run stopped alone is.
+several replicas of one model, comma-separated, of which those that answer when the sweep starts are used (each that
+does not is reported and left out). Each configuration takes the least busy replica when it starts, is tried once more
+on another when it fails there, is recorded with the replica that ran it, and carries the whole list, sorted, as its
+``api_base``: the replicas are one server, so a configuration's key (which names ``api_base``) does not depend on the
+replica that answered it, and a rerun given the same URLs, in any order, skips the finished configurations. One URL is
+kept as given, so single-server keys are what they were; adding or removing a replica changes every key. Ctrl-C or
+SIGTERM cancels the configurations not started and ends those running at their next LM or module call, each KILLED with
+its finished questions kept, as a run stopped alone is.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ragscale.experiments.sweep.grid import Grid, file_label
 from ragscale.experiments.sweep.ledger import (
     COMPILED,
     ESTIMATE_TAG,
+    REPLICA_TAG,
     SWEEP_KEY_TAG,
     ledger_row,
     run_records,
@@ -79,12 +82,13 @@ def run_sweep(
     dataset's, LM's and corpus's folder under ``base.runs_dir`` (``sweep_dir_for``).
 
     ``options.parallel_runs`` configurations run at once, in threads, spread over ``loaded.lm``: an LM or a list of
-    them, one per replica (default: one per URL of ``base.api_base``, loaded once each; see ``load_replicas``).
-    Every configuration carries ``base.api_base`` whole, sorted (``shared_api_base``), whichever replica served it,
-    so its key is the same on a rerun given the same URLs in any order. Runs at once on a local model share its one
-    engine, which batches their requests. Each run's progress bar is drawn only when one runs at a time. The oracle
-    rows run after the grid, one after the other, on the first LM. The teacher is loaded by the first compile that
-    runs a teacher program and released after the last, its memory left to the student's decode graphs.
+    them, one per replica (default: one per URL of ``base.api_base`` that answers, loaded once each; see
+    ``load_replicas``). Every configuration carries ``base.api_base`` whole, sorted (``shared_api_base``), whichever
+    replica served it, so its key is the same on a rerun given the same URLs in any order. Runs at once on a local
+    model share its one engine, which batches their requests. Each run's progress bar is drawn only when one runs at
+    a time. The oracle rows run after the grid, one after the other, on the first LM. The teacher is loaded by the
+    first compile that runs a teacher program and released after the last, its memory left to the student's decode
+    graphs.
 
     ``options.stop_after`` seconds after it starts, the sweep stops (``TimeLimitError``): the configurations running
     end at their next LM or module call (their finished questions kept: a rerun resumes them), those not started are
@@ -96,7 +100,7 @@ def run_sweep(
     if options.parallel_runs < 1:
         raise ConfigError(f"parallel_runs must be at least 1, got {options.parallel_runs}")
     base = shared_api_base(base)
-    lms = loaded.lm if loaded.lm is not None else load_replicas(base)
+    lms = loaded.lm if loaded.lm is not None else load_replicas(base, report)
     replicas = Replicas(lms if isinstance(lms, list | tuple) else [lms])
     sweep_dir = sweep_dir or sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
     adopt_from = options.adopt_from
@@ -156,7 +160,9 @@ class _Runs:
 
     def run_one(self, number: int, item: PlannedPoint) -> None:
         """Run the configuration ``item``, the ``number``-th of the plan, unless the time limit passed or its new
-        estimate skips it."""
+        estimate skips it. One that fails on a replica (it raised, or too many of its questions failed:
+        ``RunFailedError``) is tried once more on another, where its finished questions are resumed, before it
+        counts as failed."""
         s, name = self.sitting, f"[{number}/{len(self.todo)}] {item.point.label}"
         if s.stopper.time_up():
             with s.shared:
@@ -166,9 +172,23 @@ class _Runs:
         with self.replicas.take() as index, s.stopper.stoppable():
             if not self._begin(name, item, index):
                 return
-            done = self._run(name, item, self.replicas.lms[index])
-        if done is not None:
-            self._record(name, item, *done)
+            done = self._run(name, item, index)
+        if isinstance(done, Exception) and len(self.replicas.lms) > 1:
+            with self.replicas.take(besides=index) as other, s.stopper.stoppable():
+                with s.shared:
+                    s.report(f"{name}: failed on {self.replicas.name(index)}: {type(done).__name__}: {done}; "
+                             f"trying it again on {self.replicas.name(other)}")  # fmt: skip
+                index, done = other, self._run(name, item, other)
+        if isinstance(done, Exception):
+            with s.shared:
+                s.report(f"{name}: failed{self._on(index)}: {type(done).__name__}: {done}")
+                s.failed.append(item.key)
+        elif done is not None:
+            self._record(name, item, *done, replica=index)
+
+    def _on(self, index: int) -> str:
+        """`` on <replica>`` where there are several, for a configuration's lines."""
+        return f" on {self.replicas.name(index)}" if len(self.replicas.lms) > 1 else ""
 
     def _begin(self, name: str, item: PlannedPoint, index: int) -> bool:
         """Whether ``item`` runs: re-estimated with what the configurations of its method finished so far in this
@@ -176,8 +196,8 @@ class _Runs:
         s, point = self.sitting, item.point
         with s.shared:
             item.estimate, item.seconds = s.planner.estimate(point, item.docs_per_demo)
-            on = f" on {self.replicas.name(index)}" if len(self.replicas.lms) > 1 else ""
-            s.report(f"{name}: estimated {item.estimate.tokens:,.0f} tokens/question ({item.estimate.basis}){on}")
+            s.report(f"{name}: estimated {item.estimate.tokens:,.0f} tokens/question ({item.estimate.basis})"
+                     f"{self._on(index)}")  # fmt: skip
             self.compiles.begin(point)
             item.status = status_of(item.estimate, s.grid, s.window)
             if item.status != "run":
@@ -187,9 +207,11 @@ class _Runs:
             self.compiles.will_run(point)
             return True
 
-    def _run(self, name: str, item: PlannedPoint, replica) -> tuple[dict[str, Any], str, list] | None:
-        """Run ``item`` as a child run of the sweep's, its program the group's compiled one cut to its shots; its
-        summary, its program's digest and the records it carried, or None when it failed or was stopped."""
+    def _run(self, name: str, item: PlannedPoint, index: int) -> tuple[dict[str, Any], str, list] | Exception | None:
+        """Run ``item`` on replica ``index`` as a child run of the sweep's, its program the group's compiled one cut
+        to its shots; its summary, its program's digest and the records it carried; the exception it failed with
+        (``run_one`` tries it again or counts it failed); or None when it did not fit the window or was stopped."""
+        replica = self.replicas.lms[index]
         s, point = self.sitting, item.point
         # no DSPy autolog: it configures DSPy for the process, which a worker thread may not, and runs run side by side
         config = replace(self.compiles.config(point), run_name=f"{s.got.sweep_dir.name}-{file_label(point.label)}",
@@ -224,31 +246,34 @@ class _Runs:
                 s.stopped.append(item.key)
             return None
         except Exception as exc:  # one configuration failing does not stop the sweep; a rerun retries it
-            log.exception("configuration %s failed", point.label)
-            with s.shared:
-                s.report(f"{name}: failed: {type(exc).__name__}: {exc}")
-                s.failed.append(item.key)
-            return None
+            log.exception("configuration %s failed on %s", point.label, self.replicas.name(index))
+            return exc
         return summary, digest, carry
 
-    def _record(self, name: str, item: PlannedPoint, summary: dict[str, Any], digest: str, carry: list) -> None:
-        """Tag ``item``'s run with its key and estimate, teach the planner its records, and keep it in the ledger."""
-        s = self.sitting
+    def _record(
+        self, name: str, item: PlannedPoint, summary: dict[str, Any], digest: str, carry: list, *, replica: int
+    ) -> None:
+        """Tag ``item``'s run with its key, its estimate and the server that ran it (replica ``replica``), teach the
+        planner its records, and keep it in the ledger."""
+        s, url = self.sitting, self.replicas.url(replica)
         run_id, estimate = summary["mlflow_run_id"], estimate_fields(item.estimate)
         records = run_records(s.base.runs_dir, run_id)
         with s.shared:
             mlflow_client = tracking.client(s.base.runs_dir)
             mlflow_client.set_tag(run_id, SWEEP_KEY_TAG, item.key)
             mlflow_client.set_tag(run_id, ESTIMATE_TAG, json.dumps(estimate))
+            if url is not None:
+                mlflow_client.set_tag(run_id, REPLICA_TAG, url)
             s.planner.learn(item.point, item.docs_per_demo, records)
             s.got.ledger[item.key] = ledger_row(
-                run_id, s.base.lm, summary, estimate, program=digest, carried=len(carry)
+                run_id, s.base.lm, summary, estimate, program=digest, carried=len(carry), replica=url
             )
             save_ledger(s.got.sweep_dir, s.got.ledger)
             s.ran.append(item.key)
             s.report(
                 f"{name}: EM {summary['em']:.1f} F1 {summary['f1']:.1f} Acc {summary['acc']:.1f}; "
                 f"{summary[EFFECTIVE_CONTEXT]:,.0f} tokens/question measured; {summary['wall_s']:.0f} s"
+                f"{self._on(replica)}"
             )
 
 
@@ -279,7 +304,7 @@ def plan_only(
     start = time.perf_counter()
     options, loaded = options or SweepOptions(), loaded or Loaded()
     base = shared_api_base(base)
-    lm = loaded.lm if loaded.lm is not None else load_replicas(base)[0]  # a server LM is built without a request
+    lm = loaded.lm if loaded.lm is not None else load_replicas(base, report)[0]  # built without a request
     load_s = time.perf_counter() - start
     sweep_dir = sweep_dir_for(base.runs_dir, base.dataset, base.lm, base.corpus)
     got = load_setup(grid, base, sweep_dir, replace(loaded, lm=lm), index=False)

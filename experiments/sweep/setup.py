@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Loaded:
     """What a caller has loaded already, which the sweep would otherwise load (tests, benchmarks): ``lm`` (an LM, or
-    a list of them, one per replica; default: one per URL of ``base.api_base``, ``replicas.load_replicas``),
+    a list of them, one per replica; default: one per URL of ``base.api_base`` that answers, ``load_replicas``),
     ``retriever`` (instead of one built over the config's corpus), ``corpus`` (the corpus the retriever is built
     over, instead of reading it: ``check_inputs``'), ``examples`` ((train, eval) instead of reading the files; limits
     still apply) and ``speed`` (instead of one read from earlier runs or measured)."""

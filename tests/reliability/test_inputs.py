@@ -13,23 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from doubles import FixedRetriever, record
+from doubles import FixedRetriever, record, refused
 
-from ragscale.experiments.cli import main
 from ragscale.optimizers.context import ContextWindowError, check_fits_context
 from ragscale.programs import RAG, IterDRAG
-from ragscale.programs.lm import engine
 from ragscale.programs.lm.models import resolve
-
-
-def refused(argv: list[str], capsys) -> str:
-    """Run ``ragscale argv``; assert that it exits with 2 and loaded no model; return what it wrote to stderr."""
-    loaded = set(engine._SHARED)
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    assert set(engine._SHARED) == loaded, "a model was loaded before the input was refused"
-    return capsys.readouterr().err
 
 
 def write_jsonl(path: Path, rows) -> Path:

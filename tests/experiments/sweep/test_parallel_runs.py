@@ -144,11 +144,13 @@ def test_several_servers_with_a_local_model_are_refused_naming_both_flags(tmp_pa
 
 def test_one_configuration_failing_does_not_stop_the_others_and_a_rerun_retries_it(tmp_path, data_dir, monkeypatch):
     real = sweep_run.run_experiment
+    tried = []
 
-    def replica_down_for_k2_m0(config, **kwargs):
+    def replica_down_for_k2_m0(config, lm, **kwargs):
         if (config.docs, config.shots) == (2, 0):
+            tried.append(lm)
             raise ConnectionError("replica went away")
-        return real(config, **kwargs)
+        return real(config, lm=lm, **kwargs)
 
     monkeypatch.setattr(sweep_run, "run_experiment", replica_down_for_k2_m0)
     reports: list[str] = []
@@ -156,7 +158,11 @@ def test_one_configuration_failing_does_not_stop_the_others_and_a_rerun_retries_
     (broken,) = [p for p in result.plan if p.point.label == "rag k=2 m=0"]
     assert result.failed == [broken.key]
     assert sorted(result.ran) == sorted(p.key for p in result.plan if p is not broken)
-    assert any(re.fullmatch(r"\[\d/4\] rag k=2 m=0: failed: ConnectionError: replica went away", r) for r in reports)
+    assert len(tried) == 2 and tried[0] is not tried[1]  # tried once more, on the other replica
+    failed = r"\[\d/4\] rag k=2 m=0: failed on LM (\d) of 2: ConnectionError: replica went away"
+    [first] = [m for m in map(re.compile(failed + r"; trying it again on LM (\d) of 2").fullmatch, reports) if m]
+    [then] = [m for m in map(re.compile(failed).fullmatch, reports) if m]
+    assert first[1] != first[2] == then[1], (first.group(0), then.group(0))
 
     monkeypatch.setattr(sweep_run, "run_experiment", real)
     again = sweep(base_config(tmp_path, data_dir), [Replica(), Replica()])
