@@ -11,7 +11,8 @@ for a run to take over, opening a new one and ending the abandoned ones happen u
 two processes never take the same run, and a run is never seen RUNNING without its lock. The locks are ``flock``s
 on local files: they tell live runs apart on one machine (or a shared file system that honours ``flock``); a RUNNING
 run with no lock file here (another machine's, on a shared tracking server, or a user's own MLflow run) is left as it
-is.
+is, but for one nested in a run of this runs directory (autolog's, for a teleprompter's evaluation), which goes with
+that run.
 
 What carries over: every question of ``predictions.jsonl`` that finished without an error (a failed question is
 asked again), and the compiled program (``program.json``, with what compiling cost in ``compile.json``), so a
@@ -77,16 +78,24 @@ def end_abandoned(runs_dir: Path) -> None:
 def _end_abandoned(runs_dir: Path) -> None:
     for run in tracking.search_runs(runs_dir, "attributes.status = 'RUNNING'"):
         run_id = run.info.run_id
-        try:
-            lock = _held((Path(runs_dir) / "work" / run_id / LOCK).open("r"))
-        except FileNotFoundError:  # no lock here: another machine's run, or one ragscale did not open
-            continue
-        if lock is None:  # a live process runs it
+        lock = _free_lock(Path(runs_dir) / "work", (run_id, run.data.tags.get("mlflow.parentRunId")))
+        if lock is None:
             continue
         with lock:
             tracking.end_run(runs_dir, run_id, status="KILLED")
         log.warning("run %s was left RUNNING by a process that is gone (killed, or its machine stopped): marked "
                     "KILLED; its command run again resumes it", run_id)  # fmt: skip
+
+
+def _free_lock(work: Path, owners: tuple[str | None, ...]) -> IO | None:
+    """The lock of the first of ``owners`` (a run, then its parent) whose work folder under ``work`` has one, held
+    now; None when it is held (a live process runs it) or none has one (another machine's run, or a run ragscale did
+    not open). A nested run MLflow's autolog opens inside a run (a teleprompter's evaluation) has no lock of its own:
+    its parent's tells whether it is alive."""
+    for owner in owners:
+        if owner and (work / owner / LOCK).exists():
+            return _held((work / owner / LOCK).open("r"))
+    return None
 
 
 def open_new(runs_dir: Path, **start: Any) -> tuple[str, IO]:

@@ -233,10 +233,14 @@ def test_every_command_that_reads_runs_ends_those_no_live_process_holds_a_sweeps
             resume.start_claimed(runs, run_name="sweep", params={}, kind="sweep")]  # fmt: skip
     for _, lock in dead:
         lock.close()  # what the death of the process that held it does
+    nested = tracking.start_run(runs, run_name="evaluation", params={}, parent_run_id=dead[0][0])  # as autolog's
     run_id, live = resume.start_claimed(runs, run_name="live", params={})
+    own = tracking.start_run(runs, run_name="a user's", params={})  # no lock: not ragscale's to end
     with contextlib.suppress(SystemExit):  # allocate finds no sweep to read: what it reads is not the point
         main([*command, "--runs-dir", str(runs)])
     client = tracking.client(runs)
-    assert [client.get_run(dead_id).info.status for dead_id, _ in dead] == ["KILLED", "KILLED"]
+    ended = [dead_id for dead_id, _ in dead] + [nested]
+    assert [client.get_run(ended_id).info.status for ended_id in ended] == ["KILLED", "KILLED", "KILLED"]
     assert client.get_run(run_id).info.status == "RUNNING"  # its lock is held: a live run is left alone
+    assert client.get_run(own).info.status == "RUNNING"
     live.close()
