@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextvars
 import csv
+import io
 import json
 import logging
 import os
@@ -40,10 +41,12 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from dspy.utils.exceptions import ContextWindowExceededError
 from tqdm.auto import tqdm
 
 from ragscale.experiments import traces
 from ragscale.experiments.config import RunConfig
+from ragscale.experiments.files import write_text, writing
 from ragscale.optimizers.metrics import accuracy, exact_match, f1, retrieval_recall
 from ragscale.programs import PROGRAMS
 from ragscale.programs.lm import meter
@@ -76,28 +79,34 @@ def _titles_and_ids(passages: Iterable[Any]) -> tuple[list[str], list[str]]:
     return titles, ids
 
 
-def answer_one(program, example, *, retrieves: bool = True) -> dict[str, Any]:
-    """Run the program on one question inside its own usage meter and score it; never raises an Exception.
+def answer_one(program, example, *, retrieves: bool = True, refused: str | None = None) -> dict[str, Any]:
+    """Run the program on one question inside its own usage meter and score it; never raises an Exception. A question
+    ``refused`` (its error, "Type: message": its prompt cannot fit the LM's window) is not asked: its record is a
+    failed one with that error.
 
     The record: id, question, prediction, answers, em, f1, acc, retrieval_recall (None when the question has no
     supporting titles or the program does not retrieve: `retrieves` False), lm_calls, input_tokens, output_tokens,
     latency_s, passage_ids, passage_titles, the prediction's ``record_fields`` (``recorded_fields``: the follow-ups
     a decomposing method asked and their answers, empty for a method without them), behaviour (the method's defining
     step on this question: ``program.behaviour``, ``{}`` for a failed question or a program without one), error
-    (None, or "Type: message").
+    (None, or "Type: message"; a prompt the LM refused as too long: the first line of its message, which gives the
+    counts).
     """
     answers = list(example.answers)
     supporting = list(getattr(example, "supporting_titles", None) or []) if retrieves else []
-    prediction, error, pred = "", None, None
+    prediction, error, pred = "", refused, None
     start = time.perf_counter()
     with meter() as usage:
         try:
-            # A fresh trace per question: the default one is a list shared by every thread.
-            with dspy.context(trace=[]), traces.question(example):
-                pred = program(question=example.question)
-            prediction = str(pred.answer)
+            if refused is None:
+                # A fresh trace per question: the default one is a list shared by every thread.
+                with dspy.context(trace=[]), traces.question(example):
+                    pred = program(question=example.question)
+                prediction = str(pred.answer)
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            # a prompt the LM refused as too long: its counts, in the first line, without DSPy's advice after it
+            message = str(exc).strip().splitlines()[0] if isinstance(exc, ContextWindowExceededError) else exc
+            error = f"{type(exc).__name__}: {message}"
             log.warning("question %s failed: %s", example.id, error)
     latency = time.perf_counter() - start
     titles, ids = _titles_and_ids(getattr(pred, "passages", None) if pred is not None else None)
@@ -141,13 +150,15 @@ def evaluate(
     progress: bool = True,
     on_record: Callable[[dict], None] | None = None,
     done: Sequence[Mapping] = (),
+    refused: Mapping[str, str] | None = None,
 ) -> list[dict]:
     """Answer `examples` with `threads` workers, appending each record to `records_path` (if given) as it finishes.
 
     Each worker runs in a copy of the caller's context, so `dspy.context(lm=..., adapter=...)` set around this
     call (a contextvar in DSPy 3.4) reaches the worker threads, and each question's `meter()` is its own.
     Records are flushed one by one: an interrupted run keeps everything that finished. `done` (records of an
-    earlier attempt, by question id) are written first and their questions are not asked again.
+    earlier attempt, by question id) are written first and their questions are not asked again. `refused` (question
+    id -> why) are recorded failed without being asked (``answer_one``).
     """
     ids = {str(ex.id) for ex in examples}
     records: list[dict] = [dict(r) for r in done if str(r["id"]) in ids]
@@ -158,20 +169,21 @@ def evaluate(
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ragscale-eval")
     try:
         with (
-            open(records_path or os.devnull, "w", encoding="utf-8") as out,
+            open(records_path or os.devnull, "wb", buffering=0) as out,
             tqdm(total=len(examples), initial=len(records), desc="evaluating", unit="q", disable=not progress) as bar,
         ):
             for record in records:
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            out.flush()
+                _append(out, record, records_path)
             retrieves = program.retrieves  # a method that retrieves nothing has no recall to report
+            refused = refused or {}
             futures = [
-                pool.submit(contextvars.copy_context().run, answer_one, program, ex, retrieves=retrieves) for ex in todo
-            ]
+                pool.submit(contextvars.copy_context().run, answer_one, program, ex, retrieves=retrieves,
+                            refused=refused.get(str(ex.id)))
+                for ex in todo
+            ]  # fmt: skip
             for future in as_completed(futures):
                 record = future.result()
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                out.flush()
+                _append(out, record, records_path)
                 records.append(record)
                 if on_record is not None:
                     on_record(record)
@@ -189,6 +201,16 @@ def evaluate(
     order = {str(ex.id): i for i, ex in enumerate(examples)}
     records.sort(key=lambda r: order.get(r["id"], len(order)))
     return records
+
+
+def _append(out, record: Mapping, path: Path | None) -> None:
+    """``record`` written as one JSON line to ``out`` (``path``'s file, unbuffered: a kill keeps it, and a write that
+    failed leaves nothing behind to fail again when the file closes); a full or read-only disk raises the OSError
+    naming ``path``."""
+    line = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+    with writing(path):
+        while line:
+            line = line[out.write(line) :]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -304,15 +326,16 @@ def write_tables(records: Sequence[Mapping], directory: Path) -> list[Path]:
         return "" if value is None else str(value)
 
     csv_path = directory / "predictions.csv"
-    with csv_path.open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(columns)
-        for record in records:
-            writer.writerow([cell(record.get(c)) for c in columns])
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(columns)
+    for record in records:
+        writer.writerow([cell(record.get(c)) for c in columns])
+    write_text(csv_path, table.getvalue())
     md_path = directory / "predictions.md"
     short = ["id", "question", "prediction", "answers", "em", "f1", "lm_calls", "input_tokens", "error"]
     lines = ["| " + " | ".join(short) + " |", "|" + "---|" * len(short)]
     for record in records:
         lines.append("| " + " | ".join(cell(record.get(c)).replace("|", "/").replace("\n", " ") for c in short) + " |")
-    md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text(md_path, "\n".join(lines) + "\n")
     return [csv_path, md_path]

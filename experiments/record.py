@@ -4,6 +4,7 @@ fails. ``run_experiment`` (``runner.py``) decides what to record; this module wr
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -13,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ragscale.experiments import resume, tracking
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, PREDICTIONS, write_tables
-from ragscale.experiments.files import exclusive, slug, write_json
+from ragscale.experiments.files import disk_error, one_line, slug, write_json, write_text
 from ragscale.experiments.model import MODEL, Searched, log_program
 from ragscale.experiments.signals import interrupted
 
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 
 PROGRAM = "program.json"
 """The compiled program's file (DSPy's JSON state) in a run's work folder."""
+
+SUMMARY = "summary.json"
+"""The run's summary in its work folder, written each time its questions have all been asked."""
 
 METRICS = (
     "em", "f1", "acc", "retrieval_recall", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question",
@@ -62,18 +66,23 @@ def open_run(
     config: RunConfig, key: str, *, params: Mapping[str, str], tags: Mapping[str, str], parent_run_id: str | None,
     fresh: bool,
 ) -> tuple[str, IO | None, bool]:  # fmt: skip
-    """The MLflow run of the run keyed ``key``: an unfinished one of the same key reopened (unless ``fresh``), else a
-    new one with the config's params and ``params`` (``corpus_params``, ``oracle_params``), tagged with the key and
-    ``tags`` (``provenance_tags``, taken before: they may hash a model file). Returns its id, the lock that claims
-    its work folder, and whether it was resumed."""
-    with exclusive(config.runs_dir / "runs.lock"):  # one step: two processes never take over the same run
+    """The MLflow run of the run keyed ``key``: an unfinished one of the same key, or a finished one with failed
+    questions, reopened (unless ``fresh``; ``resume.find_resumable``), else a new one with the config's params and
+    ``params`` (``corpus_params``, ``oracle_params``), tagged with the key and ``tags`` (``provenance_tags``, taken
+    before: they may hash a model file). Returns its id, the lock that claims its work folder, and whether it was
+    resumed."""
+    with resume.taking_turns(config.runs_dir):  # one step: two processes never take over the same run
         found = None if fresh else resume.find_resumable(config.runs_dir, key)
         if found is not None:
             run_id, lock = found
             parent = {"mlflow.parentRunId": parent_run_id} if parent_run_id is not None else None
-            tracking.reopen_run(config.runs_dir, run_id, parent)
+            try:
+                tracking.reopen_run(config.runs_dir, run_id, parent)
+            except BaseException:
+                lock.close()
+                raise
             return run_id, lock, True
-        run_id = tracking.start_run(
+        run_id, lock = resume.open_new(
             config.runs_dir,
             run_name=config.run_name or default_run_name(config),
             params={**config.to_params(), **params},
@@ -87,15 +96,20 @@ def open_run(
                 **tags,
             },
         )
-        return run_id, resume.claim(config.runs_dir / "work" / run_id), False
+        return run_id, lock, False
 
 
-def log_model(config: RunConfig, run_id: str, program, corpus) -> str | None:
+def log_model(config: RunConfig, run_id: str, program, corpus, work: Path) -> str | None:
     """Log the run's program as an MLflow model (``model.py``: code and JSON, no pickle) and return its URI; None
     for a program searching a retriever given to the run (an oracle's, a sweep's), which the model cannot carry. A
-    failure to log it is a warning: the run's results stand without it."""
+    run that finished before (its failed questions now asked again) has logged it already: the URI its summary in
+    ``work`` names is returned, and the same program is not logged twice. A failure to log it is a warning (the
+    run's results stand without it), but for a full or read-only disk, which ends the run."""
     if program.retrieves and corpus is None:
         return None
+    logged = _logged_model(work)
+    if logged is not None:
+        return logged
     searched = None
     if corpus is not None:
         searched = Searched(corpus, config.retriever, index_dir=config.runs_dir / "indexes",
@@ -105,9 +119,18 @@ def log_model(config: RunConfig, run_id: str, program, corpus) -> str | None:
         with tracking.active(config.runs_dir, run_id):
             log_program(program, lm=lm, adapter=config.adapter, searched=searched)
     except Exception as exc:
+        found = disk_error(exc)
+        if found is not None:  # named by the run's artifacts, where the model goes (a copy names its source)
+            raise OSError(found.errno, found.strerror, tracking.artifact_folder(config.runs_dir, run_id)) from exc
         log.warning("run %s: its program could not be logged as an MLflow model: %s", run_id, exc)
         return None
     return f"runs:/{run_id}/{MODEL}"
+
+
+def _logged_model(work: Path) -> str | None:
+    """The model URI the summary in ``work`` names (a run that finished before), else None."""
+    path = work / SUMMARY
+    return json.loads(path.read_text(encoding="utf-8")).get("model_uri") if path.exists() else None
 
 
 def log_results(
@@ -116,15 +139,15 @@ def log_results(
 ) -> None:  # fmt: skip
     """Write the run's summary, config and tables into ``work`` and log them, its predictions and its program with
     the summary's ``METRICS`` (and ``timings``: load_s, index_s) to its MLflow run."""
-    write_json(work / "summary.json", summary, indent=2)
-    (work / "config.toml").write_text(config.to_toml(), encoding="utf-8")
+    write_json(work / SUMMARY, summary, indent=2)
+    write_text(work / "config.toml", config.to_toml())
     tables = write_tables(records, work)
     metrics = {name: summary[name] for name in METRICS}
     metrics.update({f"behaviour.{name}": value for name, value in summary["behaviour"].items()})
     if summary["weights_gb"] is not None:
         metrics["weights_gb"] = summary["weights_gb"]
     tracking.log_metrics(config.runs_dir, run_id, {**metrics, **timings})
-    files = [work / PREDICTIONS, *tables, work / PROGRAM, work / "config.toml", work / "summary.json"]
+    files = [work / PREDICTIONS, *tables, work / PROGRAM, work / "config.toml", work / SUMMARY]
     tracking.log_artifacts(config.runs_dir, run_id, files)
 
 
@@ -136,11 +159,16 @@ def finish(config: RunConfig, run_id: str, records: Sequence[Mapping]) -> None:
 
 def keep_partial(config: RunConfig, run_id: str, work: Path, exc: BaseException) -> None:
     """Keep what a run that raised ``exc`` finished: the predictions and the program written so far go to MLflow,
-    the run marked KILLED (Ctrl-C, SIGTERM) or FAILED. A failure to log them is a warning: ``exc`` is the error to
-    report."""
+    the run marked KILLED (Ctrl-C, SIGTERM) or FAILED, each tried on its own, so that a store that still takes the
+    status gets it when the artifacts cannot be copied (a full disk). A failure of either is a one-line warning:
+    ``exc`` is the error to report."""
     written = [path for path in (work / PREDICTIONS, work / PROGRAM) if path.exists()]
-    try:
-        tracking.log_artifacts(config.runs_dir, run_id, written)
-        tracking.end_run(config.runs_dir, run_id, status="KILLED" if interrupted(exc) else "FAILED")
-    except Exception as tracking_error:  # the run's own error is the one to report
-        log.warning("could not log the partial artifacts or the status of run %s: %s", run_id, tracking_error)
+    status = "KILLED" if interrupted(exc) else "FAILED"
+    for what, step in (  # the status first: copying the artifacts may take the last of a full disk
+        (f"the status {status}", lambda: tracking.end_run(config.runs_dir, run_id, status=status)),
+        ("the partial artifacts", lambda: tracking.log_artifacts(config.runs_dir, run_id, written)),
+    ):
+        try:
+            step()
+        except Exception as tracking_error:  # the run's own error is the one to report
+            log.warning("run %s: could not log %s: %s", run_id, what, one_line(tracking_error))

@@ -3,16 +3,20 @@
 One concept in one file: one run, from its inputs to its MLflow record. The parts it is made of are loaded and built
 in ``parts.py`` (the sweep loads them once for all its runs); its MLflow record is written by ``record.py``.
 
-``run_experiment(config)`` does, in order: load the train and eval examples (a bad file fails before any model
-loads); load the LM (an unknown name fails before anything expensive); check that the method's longest prompt fits
-the LM's window; read the corpus the config names (``data/corpora.py``: by default every paragraph of the dataset,
-the same whatever the limits); find an unfinished run of the same configuration, data and corpus to resume
-(``resume.py``), else open a new one; build the corpus's retriever (indexes under ``<runs_dir>/indexes``, named by
-the corpus's digest and shared by every run that searches it); build the program; compile it on train with the
-configured teleprompter and save it as JSON (a resumed run loads the one it saved); evaluate the questions not yet
-answered (``evaluate.py``); then log the summary, the predictions (files, and a table MLflow's evaluation view
-compares), the compiled program (as JSON, and as an MLflow model: ``model.py``) and the config to MLflow. While it
-compiles, DSPy's compile logging goes into the run too (``traces.compile_logging``) unless ``autolog`` is off.
+``run_experiment(config)`` does, in order: load the train and eval examples (a bad file fails before any model loads);
+load the LM (an unknown name fails before anything expensive); check that the method's prompts fit the LM's window
+(``_fits``: a config error when the documents or demonstrations make every prompt too long, or when a train question is
+too long, since any train question may become a demonstration that sits in every prompt); read the corpus the config
+names (``data/corpora.py``: by default every paragraph of the dataset, the same whatever the limits); find an unfinished
+run of the same configuration, data and corpus to resume (``resume.py``), else open a new one; build the corpus's
+retriever (indexes under ``<runs_dir>/indexes``, named by the corpus's digest and shared by every run that searches it);
+build the program; compile it on train with the configured teleprompter and save it as JSON (a resumed run loads the one
+it saved); check the compiled program's prompts again, and find the eval questions whose own text makes their prompt too
+long (``_refused``): each of those fails alone, its record naming it and its token count, and the others run; evaluate
+the questions not yet answered (``evaluate.py``); then log the summary, the predictions (files, and a table MLflow's
+evaluation view compares), the compiled program (as JSON, and as an MLflow model: ``model.py``) and the config to
+MLflow. While it compiles, DSPy's compile logging goes into the run too (``traces.compile_logging``) unless ``autolog``
+is off.
 
 How a run ends: FINISHED; FAILED when it raises, or when more than ``max_failed`` of its questions failed
 (``RunFailedError``, so that a run whose server was down is not read as a result); KILLED when Ctrl-C or SIGTERM stops
@@ -35,11 +39,12 @@ import dspy
 from ragscale.experiments import parts, record, resume, traces, tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import PREDICTIONS, evaluate, summarize
+from ragscale.experiments.files import unnamed_disk_error, writing
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.inputs import corpus_for
 from ragscale.experiments.provenance import data_files, provenance_tags
 from ragscale.experiments.record import PROGRAM
-from ragscale.optimizers.context import fits_context
+from ragscale.optimizers.context import ContextWindowError, fits_context, overlong
 from ragscale.programs import method_named
 from ragscale.programs.lm import make_adapter, meter, release_lm
 
@@ -115,9 +120,9 @@ def run_experiment(
             program = parts.build_program_for(config, retriever)
             program, cost = _compiled(config, program, train, (lm, adapter), work, compiled=compiled,
                                       teacher_lm=teacher_lm, resumed=resumed)  # fmt: skip
-            if check_context:
-                fits_context(program, lm, adapter, [*train, *evalset], passages=getattr(index, "passages", None))
-            records, eval_s = _ask(config, program, evalset, work, done=done, progress=progress)
+            passages = getattr(index, "passages", None)
+            refused = _refused(program, (lm, adapter), evalset, passages) if check_context else {}
+            records, eval_s = _ask(config, program, evalset, work, done=done, progress=progress, refused=refused)
 
         summary = summarize(records, config, eval_s=eval_s, wall_s=time.perf_counter() - start, run_id=run_id,
                             compile_s=cost["compile_s"], compile_usage=cost, weights_bytes=parts.local_weight_bytes(lm),
@@ -125,6 +130,9 @@ def run_experiment(
         _conclude(config, run_id, (work, records), summary, (program, index), max_failed, timings=timings)
     except BaseException as exc:
         record.keep_partial(config, run_id, work, exc)  # the predictions so far, the run marked failed (or killed)
+        named = unnamed_disk_error(exc, config.runs_dir)  # a write that named no file went under the runs directory
+        if named is not None:
+            raise named from exc
         raise
     finally:
         lock.close()
@@ -145,7 +153,7 @@ def _inputs(config: RunConfig, lm, given: tuple, examples, check_context: bool) 
     (``given``: (retriever, corpus); the given corpus, else read now: the run's key names it; None for a run given a
     retriever or one that retrieves nothing) and the ``CorpusIdentity`` of what it searches (given a retriever, the
     given corpus's). With ``check_context``, the demo-less prompt must fit the LM's window already, before anything
-    is indexed or a run opened."""
+    is indexed or a run opened (``_fits``)."""
     random.seed(config.seed)
     adapter = make_adapter(config.adapter)
     train, evalset = parts.load_examples(config, examples)
@@ -159,10 +167,40 @@ def _inputs(config: RunConfig, lm, given: tuple, examples, check_context: bool) 
         index = corpus if corpus is not None else corpus_for(config, train, evalset)
     if check_context:
         with dspy.context(lm=lm, adapter=adapter):
-            fits_context(parts.build_program_for(config, None), lm, adapter, [*train, *evalset],
-                         passages=getattr(index, "passages", None))  # fmt: skip
+            _fits(config, parts.build_program_for(config, None), (lm, adapter), (train, evalset),
+                  getattr(index, "passages", None))  # fmt: skip
     named = index if retriever is None else corpus
     return train, evalset, lm, adapter, index, named.identity if named is not None else None
+
+
+def _fits(config: RunConfig, program, reader: tuple, examples: tuple[Sequence, Sequence], passages) -> None:
+    """Raise ``ContextWindowError`` when the prompts of ``program`` on the reader ``(lm, adapter)`` cannot fit its
+    window whatever the question: built around the shortest eval question of ``examples`` (train, eval), or around
+    a train question. A train question too long fails the run rather than itself: a teleprompter may make any train
+    question a demonstration, which sits in every prompt, so its error names it and its file to fix."""
+    (lm, adapter), (train, evalset) = reader, examples
+    shortest = min((ex.question for ex in evalset), key=len)
+    fits_context(program, lm, adapter, [*train, *evalset], passages=passages, question=shortest)
+    too_long = overlong(program, lm, adapter, train, passages=passages)
+    if too_long:
+        error = next(iter(too_long.values()))
+        raise ContextWindowError(
+            f"train {error}: a demonstration made of it would not fit either; shorten it or leave it out of "
+            f"{config.train_path}", tokens=error.tokens, reserve=error.reserve, window=error.window,
+        )  # fmt: skip
+
+
+def _refused(program, reader: tuple, evalset: Sequence, passages) -> dict[str, str]:
+    """The eval questions that ``program`` (compiled) cannot ask on the reader ``(lm, adapter)``, by id, each with
+    its error ("Type: message", as a failed question's record holds it); raises ``ContextWindowError`` when its
+    demonstrations make every prompt too long (around the shortest question), which is the config's fault."""
+    lm, adapter = reader
+    shortest = min((ex.question for ex in evalset), key=len)
+    fits_context(program, lm, adapter, evalset, passages=passages, question=shortest)
+    refused = overlong(program, lm, adapter, evalset, passages=passages)
+    for question_id, error in refused.items():
+        log.warning("question %s is not asked: %s", question_id, error)
+    return {question_id: f"{type(error).__name__}: {error}" for question_id, error in refused.items()}
 
 
 def _conclude(
@@ -176,14 +214,14 @@ def _conclude(
     failed, n = summary["failed"], summary["n"]
     too_many_failed = failed == n or failed > max_failed * n
     if not too_many_failed:  # a failed run is resumed, and logs its model and table once, when it finishes
-        summary["model_uri"] = record.log_model(config, run_id, program, corpus)
+        summary["model_uri"] = record.log_model(config, run_id, program, corpus, work)
     record.log_results(config, run_id, work, records, summary, timings)
     if too_many_failed:
-        first = next(r["error"] for r in records if r["error"] is not None)
+        first = next(r for r in records if r["error"] is not None)
         raise RunFailedError(
             f"run {run_id}: {failed} of {n} questions failed (more than max_failed {max_failed:.0%}); "
-            f"the first error: {first}. Fix the cause and rerun the same command: it resumes the run and asks "
-            "the failed questions again"
+            f"the first error (question {first['id']}): {first['error']}. Fix the cause and rerun the same command: "
+            "it resumes the run and asks the failed questions again"
         )
     record.finish(config, run_id, records)  # before the lock is let go: a finished run is never taken over
     log.info("run %s finished: EM %.1f F1 %.1f (%d failed, %d resumed) in %.0f s", run_id, summary["em"],
@@ -191,14 +229,16 @@ def _conclude(
 
 
 def _ask(
-    config: RunConfig, program, evalset: Sequence, work: Path, *, done: Sequence, progress: bool
-) -> tuple[list, float]:
-    """The records of ``evalset`` answered by ``program`` (those in ``done`` kept), written to ``work`` as they
-    finish, traced in MLflow when the config says ``trace``; and the seconds it took."""
+    config: RunConfig, program, evalset: Sequence, work: Path, *, done: Sequence, progress: bool,
+    refused: Mapping[str, str],
+) -> tuple[list, float]:  # fmt: skip
+    """The records of ``evalset`` answered by ``program`` (those in ``done`` kept, those ``refused`` failed with
+    their error unasked), written to ``work`` as they finish, traced in MLflow when the config says ``trace``; and
+    the seconds it took."""
     start = time.perf_counter()
     with traces.tracing(config.runs_dir, work.name) if config.trace else contextlib.nullcontext():
         records = evaluate(program, evalset, threads=config.threads, records_path=work / PREDICTIONS,
-                           progress=progress, done=done)  # fmt: skip
+                           progress=progress, done=done, refused=refused)  # fmt: skip
     return records, time.perf_counter() - start
 
 
@@ -240,7 +280,8 @@ def _compiled(
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
     }
-    program.save(str(work / PROGRAM))
+    with writing(work / PROGRAM):
+        program.save(str(work / PROGRAM))
     resume.save_compile(work, cost)
     return program, cost
 

@@ -11,21 +11,27 @@ this module is cheap.
 Any number of processes may open one store at once: the first opening of a store in a process (creating its
 schema, or migrating it, and the ragscale experiment) holds an exclusive lock on ``<runs_dir>/mlflow.lock``, so
 two runs started together on a new runs directory do not both create the tables.
+
+A write that a full disk or a read-only file system refuses raises the ``OSError`` that names where: MLflow's sqlite
+store names no file when SQLite refuses a write, and a copied artifact names its source, so the functions here that
+write name the store's file, or the artifact's place in the run, instead (``_naming_store``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ragscale.experiments.files import exclusive
+from ragscale.experiments.files import disk_error, exclusive, unnamed_disk_error
 from ragscale.process import go_offline
 
 EXPERIMENT = "ragscale"
@@ -54,28 +60,67 @@ def is_server(runs_dir: Path) -> bool:
     return tracking_uri(runs_dir).startswith(("http://", "https://", "databricks"))
 
 
+def store_file(runs_dir: Path) -> str:
+    """Where the store's writes go, as an error names it: the sqlite file under ``runs_dir``, else the store's URI."""
+    return str(Path(runs_dir).resolve() / "mlflow.db") if is_local(runs_dir) else tracking_uri(runs_dir)
+
+
+def _naming_store(function: Callable) -> Callable:
+    """``function`` (which takes the runs directory first) with a full disk or a read-only file system that names no
+    file raised as the OSError naming the store's file (``store_file``)."""
+
+    @functools.wraps(function)
+    def named(runs_dir: Path, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(runs_dir, *args, **kwargs)
+        except Exception as exc:
+            named = unnamed_disk_error(exc, store_file(runs_dir))
+            if named is None:
+                raise
+            raise named from exc
+
+    return named
+
+
 _opened: set[tuple[Path, str]] = set()  # (runs directory, store URI) opened in this process
 _opening = threading.Lock()
 _fluent = threading.RLock()
 
 
+@_naming_store
 def client(runs_dir: Path):
     """An `MlflowClient` on the store of ``tracking_uri(runs_dir)`` (the runs directory is created if needed); the
-    store's first opening in this process creates its schema and the ragscale experiment under the runs
-    directory's file lock."""
+    store's first opening in this process creates its schema (a new local store: ``_create_store``) and the ragscale
+    experiment under the runs directory's file lock."""
     go_offline()  # MLflow reads MLFLOW_DISABLE_TELEMETRY when first imported
     from mlflow.tracking import MlflowClient
 
     runs_dir = Path(runs_dir).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     uri = tracking_uri(runs_dir)
-    mlflow_client = MlflowClient(tracking_uri=uri)
     with _opening:
         if (runs_dir, uri) not in _opened:
             with exclusive(runs_dir / "mlflow.lock"):
-                experiment_id(mlflow_client, runs_dir)  # creates the schema on first use, then the experiment
+                if is_local(runs_dir) and not (runs_dir / "mlflow.db").exists():
+                    _create_store(runs_dir)
+                experiment_id(MlflowClient(tracking_uri=uri), runs_dir)  # a client makes or migrates the schema
             _opened.add((runs_dir, uri))
-    return mlflow_client
+    return MlflowClient(tracking_uri=uri)
+
+
+def _create_store(runs_dir: Path) -> None:
+    """The sqlite store under ``runs_dir`` made whole or not at all: its tables and the ragscale experiment written to
+    a temporary file beside it, which is then renamed into place. A full disk leaves neither a half-made store (its
+    next opening would fail on the half-made tables) nor the temporary file."""
+    from mlflow.tracking import MlflowClient
+
+    partial = runs_dir / f"mlflow.db.{os.getpid()}.tmp"
+    try:
+        experiment_id(MlflowClient(tracking_uri=f"sqlite:///{partial}"), runs_dir)
+        partial.replace(runs_dir / "mlflow.db")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def experiment_id(mlflow_client, runs_dir: Path, name: str = EXPERIMENT) -> str:
@@ -90,6 +135,7 @@ def experiment_id(mlflow_client, runs_dir: Path, name: str = EXPERIMENT) -> str:
     return mlflow_client.create_experiment(name, artifact_location=artifacts)
 
 
+@_naming_store
 def start_run(
     runs_dir: Path,
     *,
@@ -117,6 +163,7 @@ def start_run(
     return run_id
 
 
+@_naming_store
 def log_metrics(runs_dir: Path, run_id: str, metrics: Mapping[str, float | None]) -> None:
     """Log numeric metrics; None values (e.g. recall of a closed-book run) are left out."""
     go_offline()
@@ -127,12 +174,29 @@ def log_metrics(runs_dir: Path, run_id: str, metrics: Mapping[str, float | None]
     client(runs_dir).log_batch(run_id, metrics=batch)
 
 
+@_naming_store
 def log_artifacts(runs_dir: Path, run_id: str, paths: list[Path]) -> None:
+    """Copy each file of ``paths`` into the run's artifacts; a full or read-only disk names the artifact's place in
+    the run (the copy's own error names the file copied)."""
     mlflow_client = client(runs_dir)
     for path in paths:
-        mlflow_client.log_artifact(run_id, str(path))
+        try:
+            mlflow_client.log_artifact(run_id, str(path))
+        except OSError as exc:
+            if disk_error(exc) is None:
+                raise
+            raise OSError(exc.errno, exc.strerror, f"{artifact_folder(runs_dir, run_id)}/{path.name}") from exc
 
 
+def artifact_folder(runs_dir: Path, run_id: str) -> str:
+    """The run's artifact folder: a local path for a local artifact store, else its URI."""
+    from mlflow.utils.file_utils import local_file_uri_to_path
+
+    uri = client(runs_dir).get_run(run_id).info.artifact_uri
+    return local_file_uri_to_path(uri) if uri.startswith("file:") else uri
+
+
+@_naming_store
 def log_table(runs_dir: Path, run_id: str, records: list[Mapping[str, Any]], artifact_file: str) -> None:
     """Log per-question ``records`` as an MLflow table (a JSON artifact the UI's evaluation view shows and compares
     across runs, question by question): one row a record, lists joined with " | "."""
@@ -144,7 +208,18 @@ def log_table(runs_dir: Path, run_id: str, records: list[Mapping[str, Any]], art
         elif not all(isinstance(value, str | int | float | bool) or value is None for value in values):
             continue  # nested values (a record's behaviour) stay in the predictions file
         columns[name] = values
-    client(runs_dir).log_table(run_id, data=columns, artifact_file=artifact_file)
+    mlflow_client = client(runs_dir)
+    if artifact_file in {artifact.path for artifact in mlflow_client.list_artifacts(run_id)}:
+        # a run finished again (its failed questions asked again): MLflow's log_table would append, so the table is
+        # written as log_table writes it and replaces the one logged before
+        import pandas as pd
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / artifact_file
+            pd.DataFrame(columns).to_json(path, orient="split", index=False, date_format="iso")
+            mlflow_client.log_artifact(run_id, str(path))
+        return
+    mlflow_client.log_table(run_id, data=columns, artifact_file=artifact_file)
 
 
 @contextlib.contextmanager
@@ -186,6 +261,7 @@ def active(runs_dir: Path, run_id: str) -> Iterator[None]:
             client(runs_dir).update_run(run_id, status="RUNNING")
 
 
+@_naming_store
 def log_data_files(runs_dir: Path, run_id: str, files: Mapping[str, Path]) -> None:
     """Log each file of ``files`` (context, e.g. "train" or "eval" -> path) as an MLflow dataset input of the run:
     named by its folder and file name, its digest the first 32 hex digits of its sha256 (MLflow keeps 36
@@ -208,11 +284,13 @@ def log_data_files(runs_dir: Path, run_id: str, files: Mapping[str, Path]) -> No
     client(runs_dir).log_inputs(run_id, datasets=inputs)
 
 
+@_naming_store
 def end_run(runs_dir: Path, run_id: str, status: str = "FINISHED") -> None:
     """Mark a run FINISHED, FAILED or KILLED."""
     client(runs_dir).set_terminated(run_id, status=status)
 
 
+@_naming_store
 def reopen_run(runs_dir: Path, run_id: str, tags: Mapping[str, str] | None = None) -> None:
     """Mark a killed or failed run RUNNING again (a resumed run), with ``tags`` set on it."""
     mlflow_client = client(runs_dir)

@@ -5,7 +5,8 @@ and a long document, as many documents as the program says the predictor can see
 the demonstrations it has (or, before compiling, stand-in ones), counts it with the LM's tokenizer
 (``prompt_tokens``) and raises ``ContextWindowError`` when it and the answer's ``max_tokens`` cannot fit. A prompt
 far over the window is refused from an estimate (``linear_estimate``) without being built, so no k or demonstration
-count makes the check itself use unbounded memory. ``fits_context`` takes those stand-ins from a run's examples.
+count makes the check itself use unbounded memory. ``fits_context`` takes those stand-ins from a run's examples;
+``overlong`` finds the questions whose own text makes the prompt too long, each one's error naming it.
 """
 
 import logging
@@ -26,7 +27,12 @@ logger = logging.getLogger(__name__)
 
 
 class ContextWindowError(ValueError):
-    """A predictor's longest prompt does not fit the LM's context window."""
+    """A predictor's longest prompt does not fit the LM's context window: ``tokens`` estimated, ``reserve`` kept for
+    the answer, ``window`` the LM's."""
+
+    def __init__(self, message: str, *, tokens: int = 0, reserve: int = 0, window: int = 0) -> None:
+        super().__init__(message)
+        self.tokens, self.reserve, self.window = tokens, reserve, window
 
 
 def longest_inputs(
@@ -139,32 +145,63 @@ def check_fits_context(
             raise ContextWindowError(
                 f"{type(program).__name__}.{name}: the longest prompt is estimated at {estimates[name]} tokens "
                 f"(+ {reserve} reserved for the answer), over the context window of {context_window} tokens of "
-                f"{getattr(lm, 'model', 'the LM')}; lower --docs, --shots or --docs-per-demo"
-            )
+                f"{getattr(lm, 'model', 'the LM')}; lower --docs, --shots or --docs-per-demo",
+                tokens=estimates[name], reserve=reserve, window=context_window,
+            )  # fmt: skip
     return estimates
 
 
 def fits_context(
-    program, lm, adapter, examples: Sequence, *, percentile: float = 95.0, passages: Sequence[Mapping] | None = None
-) -> dict[str, int]:
-    """``check_fits_context`` with the longest question of ``examples`` and, for every document slot, a passage of
-    the length that k passages reach on average at the ``percentile``-th percentile (``typical_document``), k being
-    the most documents a predictor of ``program`` sees; raises ``ContextWindowError`` (a ValueError naming the
-    predictor and the counts) when that prompt cannot fit. The passages are ``passages`` (the corpus searched),
-    else the paragraphs of ``examples``.
+    program, lm, adapter, examples: Sequence, *, percentile: float = 95.0, passages: Sequence[Mapping] | None = None,
+    question: str | None = None,
+) -> dict[str, int]:  # fmt: skip
+    """``check_fits_context`` with ``question`` (default: the longest question of ``examples``) and, for every
+    document slot, a passage of the length that k passages reach on average at the ``percentile``-th percentile
+    (``typical_document``), k being the most documents a predictor of ``program`` sees; raises
+    ``ContextWindowError`` (a ValueError naming the predictor and the counts) when that prompt cannot fit. The
+    passages are ``passages`` (the corpus searched), else the paragraphs of ``examples``.
 
     Not the longest paragraph: a dataset's longest paragraph can be many times its median, and k copies of it
     would reject configurations whose real prompts fit. The engine refuses a prompt over the window, so a rare
     question that still overflows is recorded as failed and the run goes on.
     """
-    question = max((ex.question for ex in examples), key=len, default="")
+    if question is None:
+        question = max((ex.question for ex in examples), key=len, default="")
+    document = _document(program, examples, passages, percentile)
+    estimates = check_fits_context(program, lm, question=question, document=document, adapter=adapter)
+    logger.info("prompt estimates (tokens, %s documents at the p%g length of their mean): %s",
+                max(program.max_documents().values(), default=1), percentile, estimates)  # fmt: skip
+    return estimates
+
+
+def overlong(
+    program, lm, adapter, examples: Sequence, *, percentile: float = 95.0, passages: Sequence[Mapping] | None = None
+) -> dict[str, ContextWindowError]:
+    """The examples whose own question makes ``program``'s longest prompt (``fits_context``'s, built around that
+    question) too long for the LM's window, by id, each with its error: "question <id>: its prompt is N tokens
+    (+ R for the answer), the model's window is W". The longest questions are checked first, until one fits: a
+    shorter question gives a shorter prompt (one that slips past by a token is refused by the engine when asked)."""
+    document = _document(program, examples, passages, percentile)
+    refused: dict[str, ContextWindowError] = {}
+    for example in sorted(examples, key=lambda ex: len(ex.question), reverse=True):
+        try:
+            check_fits_context(program, lm, question=example.question, document=document, adapter=adapter)
+        except ContextWindowError as exc:
+            refused[str(example.id)] = ContextWindowError(
+                f"question {example.id}: its prompt is {exc.tokens:,} tokens (+ {exc.reserve:,} for the answer), the "
+                f"model's window is {exc.window:,}", tokens=exc.tokens, reserve=exc.reserve, window=exc.window,
+            )  # fmt: skip
+            continue
+        break
+    return refused
+
+
+def _document(program, examples: Sequence, passages: Sequence[Mapping] | None, percentile: float) -> str:
+    """``typical_document`` of ``passages``, else of the paragraphs of ``examples``, for the most documents a
+    predictor of ``program`` sees."""
     if passages is None:
         passages = [p for ex in examples for p in (getattr(ex, "paragraphs", None) or [])]
-    k = max(program.max_documents().values(), default=1)
-    document = typical_document(passages, k, percentile)
-    estimates = check_fits_context(program, lm, question=question, document=document, adapter=adapter)
-    logger.info("prompt estimates (tokens, %d documents at the p%g length of their mean): %s", k, percentile, estimates)
-    return estimates
+    return typical_document(passages, max(program.max_documents().values(), default=1), percentile)
 
 
 def typical_document(passages: Sequence[Mapping], k: int, percentile: float = 95.0) -> str:

@@ -80,16 +80,22 @@ OMP_PAUSE_HARD = 2
 QUIET_LOGGERS = ("alembic", "httpx", "LiteLLM", "urllib3")
 """Libraries that log at INFO on every request or migration: an entry point keeps them to warnings."""
 
+RAISING_LOGGERS = ("mlflow.store.db.utils",)
+"""Loggers that log an error with its traceback and then raise it (MLflow's store, on a full disk): the error raised
+is reported once, in one line, so an entry point keeps them to critical messages."""
+
 
 def prepare_process(log_level: int = logging.INFO) -> None:
     """What every entry point does first: the offline environment (before DSPy, LiteLLM or MLflow is imported),
     the C heap's limits (before the threads that allocate start), and logging at ``log_level`` to stderr with
-    ``QUIET_LOGGERS`` at warnings."""
+    ``QUIET_LOGGERS`` at warnings and ``RAISING_LOGGERS`` at critical messages."""
     go_offline()
     limit_heap()
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for name in RAISING_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def go_offline() -> None:

@@ -6,7 +6,8 @@ allocate), ``tracking_server`` (mlflow: MLflow's own command line, offline); eac
 ``--max-failed`` of its questions failed, or it raised); 2 a usage or configuration error (an unknown method,
 optimizer, dataset or LM name, listed with the valid ones; a bad input file; a server named by URL that does not
 answer); 130 stopped by Ctrl-C and 143 by SIGTERM (the run is KILLED, its finished questions kept: the same command
-resumes it).
+resumes it). A full disk, a quota or a read-only file system, wherever a command meets it, ends it with one line
+naming the path and exit 1 (its run FAILED when the store still takes the status).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 
 from ragscale.experiments.cli import documents, runs, sweep, tracking_server
 from ragscale.experiments.config import ConfigError
+from ragscale.experiments.files import disk_error, one_line
 from ragscale.experiments.reach import check_reachable, is_http
 from ragscale.experiments.runner import RunFailedError
 from ragscale.experiments.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, terminate_on_sigterm
@@ -76,6 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"ragscale {args.command}: error: the prompt does not fit: {exc}\n")
     except RunFailedError as exc:
         print(f"ragscale {args.command}: the run failed: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if disk_error(exc) is None:
+            raise
+        print(f"ragscale {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, Terminated) as exc:
         stopped = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragscale.experiments import family, tracking
+from ragscale.experiments import family, resume, tracking
 from ragscale.experiments.chart import plot
 from ragscale.experiments.cli.flags import add_flags
 from ragscale.experiments.compare import (
@@ -43,7 +43,8 @@ def add_run(subparsers) -> None:
     run.add_argument(
         "--fresh",
         action="store_true",
-        help="start a new run even if a killed or failed run of the same configuration and data can be resumed",
+        help="start a new run even if a killed or failed run of the same configuration and data, or a finished one "
+        "with failed questions, can be resumed",
     )
     run.add_argument(
         "--max-failed",
@@ -119,6 +120,7 @@ def add_compare(subparsers) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
+    resume.end_abandoned(args.runs_dir)  # a run its process left RUNNING when it died is shown KILLED
     runs = load_runs(args.runs_dir, unfinished=args.unfinished)
     if not runs:
         print(f"no finished runs in {tracking.tracking_uri(args.runs_dir)}", file=sys.stderr)
@@ -147,14 +149,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not args.no_chart:
         plot(rows, runs, chart, resamples=args.resamples, seed=args.seed)
         chart.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
-        run_id = tracking.start_run(args.runs_dir, run_name=f"compare-{len(rows)}-runs", params={"runs": len(rows)},
-                                    kind="compare")  # fmt: skip
-        try:
-            tracking.log_artifacts(args.runs_dir, run_id, [chart, chart.with_suffix(".md")])
-        except BaseException:
-            tracking.end_run(args.runs_dir, run_id, status="FAILED")
-            raise
-        tracking.end_run(args.runs_dir, run_id)
+        run_id, lock = resume.start_claimed(args.runs_dir, run_name=f"compare-{len(rows)}-runs",
+                                            params={"runs": len(rows)}, kind="compare")  # fmt: skip
+        with lock:
+            try:
+                tracking.log_artifacts(args.runs_dir, run_id, [chart, chart.with_suffix(".md")])
+            except BaseException:
+                tracking.end_run(args.runs_dir, run_id, status="FAILED")
+                raise
+            tracking.end_run(args.runs_dir, run_id)
         print(f"chart: {chart} (and {chart.with_suffix('.md').name}); MLflow run {run_id}", file=sys.stderr)
     if args.json_path is not None:
         write_json(args.json_path, rows_to_json(rows), indent=2)

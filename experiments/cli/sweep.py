@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ragscale.data.corpora import corpus_name
+from ragscale.experiments import resume
 from ragscale.experiments.cli.flags import add_flag, flags
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.files import write_json
@@ -156,6 +157,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_inputs(point_config(base, taught[0], teacher=args.teacher))
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
+    resume.end_abandoned(base.runs_dir)  # before the plan reads the runs: one whose process died is KILLED
     if args.stop_after is not None and not args.stop_after > 0:
         raise ConfigError(f"--stop-after {args.stop_after}: must be a positive number of minutes")
     if args.adopt is not None:
@@ -211,6 +213,7 @@ def add_allocate(subparsers) -> None:
 
 def cmd_allocate(args: argparse.Namespace) -> int:
     corpus = corpus_name(args.corpus) if args.corpus is not None else None
+    resume.end_abandoned(args.runs_dir)  # a run its process left RUNNING when it died is marked KILLED
     sweep_dir = sweep_dir_for(args.runs_dir, args.dataset, args.lm, corpus)
     choice = allocate(sweep_dir, parse_size(args.budget, "--budget"))
     print(json.dumps(choice, indent=2))

@@ -9,6 +9,7 @@ from dataclasses import replace
 from ragscale.experiments import tracking
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.files import disk_error
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.oracle import OracleRetriever
 from ragscale.experiments.runner import run_experiment
@@ -64,6 +65,8 @@ def oracle_rows(
                 failed.append(key)
                 break
             except Exception as exc:  # like a configuration: reported, retried by a rerun, the sweep goes on
+                if disk_error(exc) is not None:  # but a full or read-only disk stops the sweep, as it stops a run
+                    raise
                 log.exception("oracle row %s failed", name)
                 report(f"  failed: {type(exc).__name__}: {exc}")
                 failed.append(key)

@@ -38,6 +38,7 @@ from typing import Any
 from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.files import disk_error
 from ragscale.experiments.runner import run_experiment
 from ragscale.experiments.signals import Stopped, interrupted
 from ragscale.experiments.sweep.adopt import adopt
@@ -108,17 +109,16 @@ def run_sweep(
         report(f"adopted {adopt(adopt_from, sweep_dir, base.runs_dir)} finished rows from {adopt_from}")
     sitting = open_sitting(grid, base, options, replace(loaded, lm=replicas.lms[0]), sweep_dir, report)
     sitting.stopper.stop_at(began, options.stop_after)
-    try:
-        _Runs(sitting, replicas).run_all()
-        result = conclude(sitting, _oracle(sitting))
-    except BaseException as exc:
-        tracking.end_run(base.runs_dir, sitting.parent, status="KILLED" if interrupted(exc) else "FAILED")
-        raise
-    finally:
-        sitting.stopper.cancel()
-    tracking.end_run(
-        base.runs_dir, sitting.parent
-    )  # failed configurations are counted in its metrics, retried on rerun
+    with sitting.lock:  # the parent run's, let go once it has ended
+        try:
+            _Runs(sitting, replicas).run_all()
+            result = conclude(sitting, _oracle(sitting))
+        except BaseException as exc:
+            tracking.end_run(base.runs_dir, sitting.parent, status="KILLED" if interrupted(exc) else "FAILED")
+            raise
+        finally:
+            sitting.stopper.cancel()
+        tracking.end_run(base.runs_dir, sitting.parent)  # failed configurations are in its metrics, retried on rerun
     return result
 
 
@@ -246,6 +246,8 @@ class _Runs:
                 s.stopped.append(item.key)
             return None
         except Exception as exc:  # one configuration failing does not stop the sweep; a rerun retries it
+            if disk_error(exc) is not None:  # but a full or read-only disk fails every one: it stops the sweep
+                raise
             log.exception("configuration %s failed on %s", point.label, self.replicas.name(index))
             return exc
         return summary, digest, carry

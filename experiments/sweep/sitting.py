@@ -9,8 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO
 
-from ragscale.experiments import tracking
+from ragscale.experiments import resume
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.identity import data_fingerprint
 from ragscale.experiments.sweep.estimate import Planner
@@ -43,9 +44,10 @@ class SweepOptions:
 
 @dataclass
 class Sitting:
-    """A sweep's sitting: its grid, base config and options, what it loaded (``got``), its planner and plan, its
-    MLflow run (``parent``), the LM's context window, the questions' ``data_fingerprint``, where it reports, what
-    stops it (``stopper``), and the keys it ran, that failed and that it left at its time limit.
+    """A sweep's sitting: its grid, base config and options, what it loaded (``got``), its planner and plan, its MLflow
+    run (``parent``, and ``lock``, its work folder's lock held while the sweep runs), the LM's context window, the
+    questions' ``data_fingerprint``, where it reports, what stops it (``stopper``), and the keys it ran, that failed and
+    that it left at its time limit.
     ``shared`` is the one lock over what its runs share: the ledger and its file, these lists, the planner, MLflow
     tags and ``report``."""
 
@@ -64,13 +66,14 @@ class Sitting:
     ran: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)  # keys not run, or ended, at the time limit: a rerun runs them
+    lock: IO | None = None
 
 
 def open_sitting(
     grid: Grid, base: RunConfig, options: SweepOptions, loaded: Loaded, sweep_dir: Path, report: Callable[[str], None]
 ) -> Sitting:
     """A sitting of the sweep in ``sweep_dir``: what it needs loaded (``load_setup``), its plan reported, its MLflow
-    run started."""
+    run started, with its lock held (``resume.start_claimed``)."""
     got = load_setup(grid, base, sweep_dir, loaded, progress=options.progress)
     planner = Planner.for_run(base, got.lm, got.train, got.evalset, retriever=got.retriever, speed=got.speed)
     planned = plan(
@@ -86,7 +89,7 @@ def open_sitting(
             "requests"
         )
     fingerprint = data_fingerprint(got.train, got.evalset)
-    parent = tracking.start_run(
+    parent, lock = resume.start_claimed(
         base.runs_dir,
         run_name=f"sweep-{sweep_dir.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}",
         params={
@@ -100,4 +103,4 @@ def open_sitting(
         tags={"dataset": base.dataset, "lm": base.lm},
         kind="sweep",
     )
-    return Sitting(grid, base, options, got, planner, planned, parent, window, fingerprint, report)
+    return Sitting(grid, base, options, got, planner, planned, parent, window, fingerprint, report, lock=lock)

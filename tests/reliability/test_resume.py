@@ -143,3 +143,20 @@ def test_a_run_that_fresh_replaced_is_not_taken_up_again(config):
     again = run_experiment(config, lm=lm_on(CountingEngine(SCRIPT)), progress=False)
     assert killed.info.run_id not in (replaced["mlflow_run_id"], again["mlflow_run_id"])
     assert again["resumed"] == 0
+
+
+def test_a_finished_run_with_failed_questions_asks_them_again_in_the_same_run(config):
+    flaky = CountingEngine(SCRIPT, stop_on=FACTS[5][2], stop=ConnectionError("server went away"))
+    first = run_experiment(config, lm=lm_on(flaky), progress=False)  # 1 of 3 failed: under max_failed, FINISHED
+    run_id = first["mlflow_run_id"]
+    assert (first["failed"], status(config, run_id)) == (1, "FINISHED")
+
+    fixed = CountingEngine(SCRIPT)
+    again = run_experiment(config, lm=lm_on(fixed), progress=False)
+    assert again["mlflow_run_id"] == run_id and status(config, run_id) == "FINISHED"
+    assert (again["resumed"], again["failed"], fixed.calls) == (2, 0, 1)  # only q5 asked again
+    run = tracking.client(config.runs_dir).get_run(run_id)
+    assert (run.data.metrics["failed"], run.data.metrics["em"]) == (0, again["em"])  # the new scores
+    table = json.loads(tracking.artifact_path(config.runs_dir, run_id, "eval_results_table.json").read_text())
+    assert len(table["data"]) == 3 and "server went away" not in json.dumps(table)  # replaced, not appended to
+    assert len(list((config.runs_dir / "artifacts").rglob("MLmodel"))) == 1  # the same program, logged once
