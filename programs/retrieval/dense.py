@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ragscale.process import REQUEST_TIMEOUT_S
 from ragscale.programs.retrieval.embedder import MiniLMEmbedder, get_embedder
 from ragscale.programs.retrieval.passage import (
     Passage,
@@ -39,9 +40,13 @@ that grows with the corpus; 800 keeps exact search's top 10 up to a million pass
 (``benchmarks/retrieval_scale.py`` measures it; ``docs/retrieval.md``)."""
 
 
-def chroma_client(index_dir: Path | None = None, chroma_url: str | None = None) -> Any:
+def chroma_client(
+    index_dir: Path | None = None, chroma_url: str | None = None, *, timeout_s: float = REQUEST_TIMEOUT_S
+) -> Any:
     """A chromadb client: ``HttpClient`` for ``chroma_url`` (``http://host:port``), else a ``PersistentClient``
-    stored in ``index_dir/chroma``. Telemetry is off."""
+    stored in ``index_dir/chroma``. Telemetry is off. A server's every request after the client's own checks of its
+    tenant waits at most ``timeout_s`` for an answer: chromadb's HTTP session has no timeout of its own, so a server
+    that stalls would hold a query, or an index build, for good."""
     import chromadb
     from chromadb.config import Settings
 
@@ -52,7 +57,9 @@ def chroma_client(index_dir: Path | None = None, chroma_url: str | None = None) 
             raise ValueError(f"chroma_url {chroma_url!r} has no host; expected http://host:port")
         ssl = url.scheme == "https"
         port = url.port or (443 if ssl else 8000)
-        return chromadb.HttpClient(host=url.hostname, port=port, ssl=ssl, settings=settings)
+        client = chromadb.HttpClient(host=url.hostname, port=port, ssl=ssl, settings=settings)
+        client._server._session.timeout = timeout_s  # httpx's, which chromadb makes with none and offers no setting for
+        return client
     if index_dir is None:
         raise ValueError("a dense index needs index_dir (a folder for chromadb) or chroma_url")
     path = Path(index_dir) / "chroma"
@@ -68,6 +75,7 @@ class DenseRetriever:
         index_dir: folder holding the chromadb store (``index_dir/chroma``); ignored when ``chroma_url`` is given.
         embedder: an ``EMBEDDERS`` name or an embedder object with ``name`` and ``embed(texts)``.
         chroma_url: use a chromadb server (``chroma run``) at this URL instead of the embedded store.
+        timeout_s: how long each request to that server waits for its answer.
         batch_size: passages embedded and added per step; each step is durable, which makes a build resumable.
         build: index missing passages now (default); with ``False`` call ``build()`` yourself.
         key: the corpus's digest (``data.corpora.Corpus.key``); without it the passages are hashed here.
@@ -88,6 +96,7 @@ class DenseRetriever:
         build: bool = True,
         key: str | None = None,
         progress: bool = False,
+        timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         self.passages = corpus_passages(corpus)
         if not self.passages:
@@ -97,7 +106,7 @@ class DenseRetriever:
         self.batch_size = batch_size
         base = key if key is not None else corpus_key(self.passages)
         self.collection_name = f"ragscale-{index_key(base, 'dense', self.embedder.name)}"
-        self.client = chroma_client(index_dir, chroma_url)
+        self.client = chroma_client(index_dir, chroma_url, timeout_s=timeout_s)
         self.collection = self.client.get_or_create_collection(
             self.collection_name,
             configuration={"hnsw": {"space": "cosine", "ef_search": EF_SEARCH}},
