@@ -11,6 +11,7 @@ OpenAI-compatible server model).
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
@@ -20,6 +21,7 @@ from ragscale.data import DATASETS, default_data_dir
 from ragscale.data.corpora import corpus_name
 from ragscale.optimizers.metrics import METRICS
 from ragscale.optimizers.teleprompters import GEPA_BUDGETS, OPTIMIZERS, TEACHER_OPTIMIZERS
+from ragscale.process import REQUEST_TIMEOUT_S
 from ragscale.programs import PROGRAMS
 from ragscale.programs.lm import ADAPTERS
 from ragscale.programs.lm.models import DEFAULT_LM, WEIGHTS
@@ -54,6 +56,9 @@ class RunConfig:
     `autolog` DSPy's own compile and evaluation logging while the run compiles (``experiments/traces.py``).
     `corpus` is what the run retrieves from (``data/corpora.py``): a dataset's every
     paragraph (default: `dataset`'s), `all` of them, the run's own `questions`, or a JSONL file.
+    `request_timeout` is how long, in seconds, each try of a call to a server (the LM's, the teacher's, the
+    reflection LM's, a chroma server) waits for its answer; a question whose call gets none fails, and the rerun asks
+    it again. It decides no answer, so it is not part of the run's key (``identity.py``).
 
     Paths are made absolute on construction (relative ones are taken from the current directory), so the params
     logged to MLflow point at the same files wherever the run is inspected from.
@@ -75,6 +80,7 @@ class RunConfig:
     retriever: str = "hybrid"
     corpus: str | None = None
     chroma_url: str | None = None
+    request_timeout: float = REQUEST_TIMEOUT_S
     docs: int = 5
     iterations: int = 3
     shots: int = 4
@@ -136,6 +142,8 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value < low:
                 raise ConfigError(f"{name} must be >= {low}, got {value}")
+        if not (math.isfinite(self.request_timeout) and self.request_timeout > 0):
+            raise ConfigError(f"request_timeout must be a positive number of seconds, got {self.request_timeout}")
         data_dir = Path(self.data_dir) if self.data_dir is not None else default_data_dir()
         object.__setattr__(self, "data_dir", data_dir.expanduser().resolve())
         object.__setattr__(self, "runs_dir", Path(self.runs_dir).expanduser().resolve())
@@ -217,6 +225,7 @@ class RunConfig:
 _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
     "str": ((str,), "a string"),
     "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
     "bool": ((bool,), "true or false"),
     "Path": ((str, Path), "a path (a string)"),
     "None": ((type(None),), "unset"),

@@ -35,8 +35,8 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 from ragscale.experiments import traces
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.files import write_text, writing
+from ragscale.experiments.signals import check_stop
 from ragscale.optimizers.metrics import accuracy, exact_match, f1, retrieval_recall
 from ragscale.programs import PROGRAMS
 from ragscale.programs.lm import meter
@@ -65,6 +66,10 @@ SUMMARY_KEYS = (
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
+
+STOP_POLL_S = 0.5
+"""How often the evaluation, while it waits for its questions, asks whether its caller stopped it
+(``signals.check_stop``): a sweep's time limit ends a run within this, even while a request hangs."""
 
 
 def _titles_and_ids(passages: Iterable[Any]) -> tuple[list[str], list[str]]:
@@ -181,7 +186,7 @@ def evaluate(
                             refused=refused.get(str(ex.id)))
                 for ex in todo
             ]  # fmt: skip
-            for future in as_completed(futures):
+            for future in _finishing(futures):
                 record = future.result()
                 _append(out, record, records_path)
                 records.append(record)
@@ -193,8 +198,9 @@ def evaluate(
                     failed=sum(r["error"] is not None for r in records),
                 )
     except BaseException:
-        # Stopped (Ctrl-C, SIGTERM) or failed: drop the queued questions and do not wait for those being answered,
-        # so the run is marked and its records logged at once (a scheduler's SIGKILL follows SIGTERM soon).
+        # Stopped (Ctrl-C, SIGTERM, the caller's check_stop) or failed: drop the queued questions and do not wait for
+        # those being answered, so the run is marked and its records logged at once (a scheduler's SIGKILL follows
+        # SIGTERM soon; a request to a hung server would hold the run until it gives up).
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
@@ -211,6 +217,20 @@ def _append(out, record: Mapping, path: Path | None) -> None:
     with writing(path):
         while line:
             line = line[out.write(line) :]
+
+
+def _finishing(futures: Sequence[Future]) -> Iterator[Future]:
+    """``futures`` as they finish, as ``as_completed`` yields them; while it waits, ``check_stop`` is called every
+    ``STOP_POLL_S`` and whenever a question finishes."""
+    pending = set(futures)
+    while pending:
+        try:
+            for future in as_completed(pending, timeout=STOP_POLL_S):
+                pending.discard(future)
+                yield future
+                check_stop()
+        except TimeoutError:  # none finished within STOP_POLL_S: as_completed's own
+            check_stop()
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -14,6 +14,7 @@ from ragscale.experiments.files import exclusive
 from ragscale.experiments.inputs import corpus_for
 from ragscale.optimizers.method import compile_method
 from ragscale.optimizers.metrics import METRICS as SCORES
+from ragscale.process import REQUEST_TIMEOUT_S
 from ragscale.programs import build_program
 from ragscale.programs.lm import load_lm
 from ragscale.programs.retrieval import build_retriever
@@ -29,12 +30,13 @@ memory the reader's own graphs then could not have."""
 
 def load_named_lm(
     name: str, *, api_base: str | None = None, max_tokens: int = 256, cache: bool = True, weights: str | None = None,
-    decode: str | None = None,
+    decode: str | None = None, request_timeout: float = REQUEST_TIMEOUT_S,
 ):  # fmt: skip
     """``load_lm(name)``; an unknown or unusable LM name becomes a ConfigError naming it."""
     local = {"decode": decode} if decode and not name.startswith("openai/") else {}
     try:
-        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, weights=weights, **local)
+        return load_lm(name, api_base=api_base, max_tokens=max_tokens, cache=cache, weights=weights,
+                       request_timeout=request_timeout, **local)  # fmt: skip
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(f"--lm {name!r}: {exc}") from exc
 
@@ -52,8 +54,9 @@ def local_weight_bytes(lm) -> int | None:
 def load_lm_for(config: RunConfig):
     """``load_named_lm`` with the config's LM settings."""
     return load_named_lm(
-        config.lm, api_base=config.api_base, max_tokens=config.max_tokens, cache=config.cache, weights=config.weights
-    )
+        config.lm, api_base=config.api_base, max_tokens=config.max_tokens, cache=config.cache, weights=config.weights,
+        request_timeout=config.request_timeout,
+    )  # fmt: skip
 
 
 def teaches_itself(config: RunConfig) -> bool:
@@ -71,6 +74,7 @@ def load_teacher_for(config: RunConfig):
         cache=config.cache,
         weights=config.weights,
         decode=TEACHER_DECODE,
+        request_timeout=config.request_timeout,
     )
 
 
@@ -102,7 +106,7 @@ def build_retriever_for(config: RunConfig, train: Sequence, evalset: Sequence, *
     with exclusive(index_dir / "build.lock"):
         retriever = build_retriever(
             corpus.passages, kind=config.retriever, index_dir=index_dir, chroma_url=config.chroma_url,
-            key=corpus.key, progress=progress,
+            key=corpus.key, progress=progress, timeout_s=config.request_timeout,
         )  # fmt: skip
     return retriever
 

@@ -302,7 +302,7 @@ def _compile_here(config: RunConfig, program, train: Sequence, reader: tuple, ru
     if config.reflection_lm is not None:
         reflection_lm = parts.load_named_lm(  # room for a rewritten instruction
             config.reflection_lm, max_tokens=max(config.max_tokens, 1024), cache=config.cache, weights=config.weights,
-            decode=parts.TEACHER_DECODE,
+            decode=parts.TEACHER_DECODE, request_timeout=config.request_timeout,
         )  # fmt: skip
         loaded.append(reflection_lm)
     logged = traces.compile_logging(config.runs_dir, run_id) if config.autolog else None

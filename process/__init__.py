@@ -1,4 +1,5 @@
-"""What a ragscale process sets about itself: the offline environment, the C heap, OpenMP's threads and logging.
+"""What a ragscale process sets about itself: the offline environment, bounded waits, the C heap, OpenMP's threads
+and logging.
 
 The lowest layer of the tree (``tests/test_layout.py``): every folder may import it, and it imports nothing of
 ragscale and no heavy library at import time. Each entry point calls :func:`prepare_process` first: the
@@ -13,6 +14,13 @@ model hub, DSPy's and LiteLLM's model price map (fetched from GitHub on first us
 already set wins: ``HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0`` in the environment (before ragscale or the library is
 first used) lets ``load_hub`` reach the hub. The variables stay set for the whole process, so other code in it that
 uses these libraries is offline too.
+
+**Bounded waits.** A call to a server waits at most ``REQUEST_TIMEOUT_S`` for its answer unless the caller gives
+another wait (``load_lm``'s ``request_timeout``, ``--request-timeout``). MLflow's client reads its own bounds from
+the environment on every request; by default it retries a failing tracking server for minutes, so
+:func:`go_offline`, called before MLflow is first used, also sets ``WAITS_ENV``: a few quick retries and a timeout
+per request, so that a tracking server that errors or stalls mid-run fails the run in seconds (a variable the user
+set wins, as above).
 
 **The C heap.** A run's resident memory is the weights plus what glibc's allocator keeps, and its speed depends on
 how often the allocator asks the kernel for fresh pages. glibc's habits: each thread that allocates gets an arena
@@ -64,6 +72,17 @@ OFFLINE_ENV = {
 }
 """What keeps the libraries off the network: the model hub, ``datasets``, the price map, MLflow's telemetry."""
 
+REQUEST_TIMEOUT_S = 300.0
+"""How long a call to a server (an LM, a chroma server, a VLM) waits for its answer by default, in seconds."""
+
+WAITS_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+"""MLflow's client bounds on a tracking server: 2 retries 2 s apart at most (its default is 7 over about four
+minutes), each request waiting at most 30 s for an answer."""
+
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
@@ -99,12 +118,12 @@ def prepare_process(log_level: int = logging.INFO) -> None:
 
 
 def go_offline() -> None:
-    """Set every variable of ``OFFLINE_ENV`` that is not set yet (one the user set is kept).
+    """Set every variable of ``OFFLINE_ENV`` and ``WAITS_ENV`` that is not set yet (one the user set is kept).
 
     Call it before the library that reads a variable is imported: ``datasets``, ``huggingface_hub`` and MLflow read
     theirs then, and a later change is not seen.
     """
-    for key, value in OFFLINE_ENV.items():
+    for key, value in {**OFFLINE_ENV, **WAITS_ENV}.items():
         os.environ.setdefault(key, value)
 
 

@@ -127,9 +127,10 @@ FAULTS = ("500", "alternate", "hang", "garbage", "dies")
 def faulty_chat(fault: str, *, after: int = 0) -> type:
     """A ``ChatCompletions`` server class (its own, so each test counts its own calls) that lists its models, as a
     live server does, and then fails its completions the way a broken OpenAI-compatible server fails: ``"500"``
-    answers every one HTTP 500; ``"alternate"`` every other one (the first fails); ``"hang"`` accepts the request and
-    never answers until the server is shut down; ``"garbage"`` answers 200 with a body that is not JSON; ``"dies"``
-    answers ``after`` completions and then closes every connection without a reply, as a crashed server's port does.
+    answers every one HTTP 500; ``"alternate"`` every other one (the first fails); ``"hang"`` answers ``after``
+    completions and then accepts each request and never answers until the server is shut down; ``"garbage"`` answers
+    200 with a body that is not JSON; ``"dies"`` answers ``after`` completions and then closes every connection
+    without a reply, as a crashed server's port does.
     ``serving_in_thread`` releases a hung request when its block ends."""
     if fault not in FAULTS:
         raise ValueError(f"fault {fault!r}: one of {', '.join(FAULTS)}")
@@ -143,7 +144,7 @@ def faulty_chat(fault: str, *, after: int = 0) -> type:
         def do_POST(self):
             cls = type(self)
             cls.calls += 1
-            if fault == "hang":
+            if fault == "hang" and cls.calls > after:
                 cls.release.wait(timeout=600)
                 return
             if fault == "dies" and cls.calls > after:

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ragscale.process import REQUEST_TIMEOUT_S
+
 
 class PictureDescriber(Protocol):
     """Turns a picture into text: ``describe(image, caption=...) -> (text, method)``; empty text if it cannot."""
@@ -50,7 +52,7 @@ class VLMDescriber:
     """A vision-language model behind an OpenAI-compatible ``/v1/chat/completions`` (vLLM, SGLang, Ollama).
 
     ``VLMDescriber("http://localhost:8000/v1", "Qwen/Qwen2.5-VL-3B-Instruct")``. The picture is sent as a PNG
-    data URL with ``prompt``; the reply is the picture's text.
+    data URL with ``prompt``; the reply is the picture's text, waited for at most ``timeout_s`` seconds.
     """
 
     prompt = (
@@ -58,7 +60,9 @@ class VLMDescriber:
         "series and the values you can read; if it is a table, write it as a markdown table. Be factual."
     )
 
-    def __init__(self, api_base: str, model: str, *, api_key: str = "unused", timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, api_base: str, model: str, *, api_key: str = "unused", timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> None:
         self.api_base = api_base.rstrip("/")
         self.model = model
         self.api_key = api_key

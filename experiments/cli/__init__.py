@@ -5,9 +5,11 @@ allocate), ``tracking_server`` (mlflow: MLflow's own command line, offline); eac
 ``add_<name>(subparsers)``, which set ``func(args) -> exit code``. Exit codes: 0 success; 1 a failed run (more than
 ``--max-failed`` of its questions failed, or it raised); 2 a usage or configuration error (an unknown method,
 optimizer, dataset or LM name, listed with the valid ones; a bad input file; a server named by URL that does not
-answer); 130 stopped by Ctrl-C and 143 by SIGTERM (the run is KILLED, its finished questions kept: the same command
-resumes it). A full disk, a quota or a read-only file system, wherever a command meets it, ends it with one line
-naming the path and exit 1 (its run FAILED when the store still takes the status).
+answer, or whose API fails); 130 stopped by Ctrl-C and 143 by SIGTERM (the run is KILLED, its finished questions
+kept: the same command resumes it). A full disk, a quota or a read-only file system, wherever a command meets it,
+ends it with one line naming the path and exit 1 (its run FAILED when the store still takes the status). The
+``ragscale`` command (``entry``) ends within seconds of SIGTERM, or of its last line, even while a request that a
+stopped run left behind still waits on a server (``signals.end_process_within``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import disk_error, one_line
 from ragscale.experiments.reach import check_reachable, is_http
 from ragscale.experiments.runner import RunFailedError
-from ragscale.experiments.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Terminated, terminate_on_sigterm
+from ragscale.experiments.signals import (
+    EXIT_GRACE_S,
+    INTERRUPTED_EXIT,
+    TERMINATED_EXIT,
+    Terminated,
+    end_process_within,
+    terminate_on_sigterm,
+)
 from ragscale.optimizers.context import ContextWindowError
 from ragscale.process import prepare_process
 
@@ -58,8 +67,10 @@ def check_tracking_server(flag: str | None) -> None:
         check_reachable(uri, "--tracking-uri" if flag else "MLFLOW_TRACKING_URI", "mlflow")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `ragscale`; returns the exit code (also raised as SystemExit by argparse on bad usage)."""
+def main(argv: Sequence[str] | None = None, *, end_process: bool = False) -> int:
+    """Entry point of `ragscale`; returns the exit code (also raised as SystemExit by argparse on bad usage).
+    ``end_process`` (``entry``'s, the command's own process) ends the process within seconds of SIGTERM
+    (``terminate_on_sigterm``)."""
     prepare_process()
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -70,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in TRACKED:
             check_tracking_server(getattr(args, "tracking_uri", None))
-        with terminate_on_sigterm():
+        with terminate_on_sigterm(end_process=end_process):
             return args.func(args)
     except ConfigError as exc:
         parser.exit(2, f"ragscale {args.command}: error: {exc}\n")
@@ -90,5 +101,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERRUPTED_EXIT if isinstance(exc, KeyboardInterrupt) else TERMINATED_EXIT
 
 
+def entry() -> None:
+    """The ``ragscale`` command: ``main``, ended within seconds of SIGTERM, and then the process ended within
+    ``EXIT_GRACE_S`` with its exit status, as the interpreter's own exit would end it unless a thread still waits on a
+    server: a request that a stopped run or sweep left behind ends only when it gives up (``--request-timeout``)."""
+    try:
+        code = main(end_process=True)
+    except SystemExit as exit_:
+        end_process_within(EXIT_GRACE_S, exit_.code if isinstance(exit_.code, int) else 1)
+        raise
+    end_process_within(EXIT_GRACE_S, code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -49,6 +49,7 @@ def add_ingest(subparsers) -> None:
     ingest_cmd.add_argument("--vlm-url", dest="vlm_url", help="OpenAI-compatible server of a vision-language model")
     ingest_cmd.add_argument("--vlm-model", dest="vlm_model", help="the VLM's model name on that server")
     ingest_cmd.add_argument("--no-ocr", dest="ocr", action="store_false", help="no OCR of pictures (caption only)")
+    add_flag(ingest_cmd, "--request-timeout", known=known, defaults=True)
     add_flag(ingest_cmd, "--runs-dir", known=known, defaults=True)
     ingest_cmd.set_defaults(func=cmd_ingest)
 
@@ -63,7 +64,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.contextual:
         check_lm(args.lm)
     check_writable_dir(args.runs_dir, "--runs-dir")
-    describer = VLMDescriber(args.vlm_url, args.vlm_model) if args.vlm_url else None
+    describer = VLMDescriber(args.vlm_url, args.vlm_model, timeout_s=args.request_timeout) if args.vlm_url else None
     common = {
         "collection": args.collection,
         "runs_dir": args.runs_dir,
@@ -74,7 +75,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         "threads": args.threads,
     }
     if args.contextual:
-        lm = load_named_lm(args.lm, api_base=args.api_base)
+        lm = load_named_lm(args.lm, api_base=args.api_base, request_timeout=args.request_timeout)
         with dspy.context(lm=lm, adapter=make_adapter(args.adapter)):
             report = ingest(args.paths, contextual=True, model=args.lm, **common)
     else:
@@ -112,6 +113,7 @@ def add_ask(subparsers) -> None:
         default="fused",
         help="fuse the grade order with the hybrid order by RRF (fused, the default) or keep the best graded (grade)",
     )
+    add_flag(ask_cmd, "--request-timeout", known=known, defaults=True)
     add_flag(ask_cmd, "--runs-dir", known=known, defaults=True)
     ask_cmd.add_argument("--json", dest="json_path", type=Path, help="also write the answer and sources as JSON")
     ask_cmd.set_defaults(func=cmd_ask)
@@ -132,7 +134,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     check_lm(args.lm)
     if args.json_path is not None:
         check_output_file(args.json_path, "--json")
-    lm = load_named_lm(args.lm, api_base=args.api_base)
+    lm = load_named_lm(args.lm, api_base=args.api_base, request_timeout=args.request_timeout)
     with dspy.context(lm=lm, adapter=make_adapter(args.adapter)):
         result = ask(
             args.question,

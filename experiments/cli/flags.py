@@ -9,6 +9,7 @@ sweep ran with) changes its help, or its default, where it adds it (``add_flag``
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, with_default
 from ragscale.optimizers.metrics import METRICS
 from ragscale.optimizers.teleprompters import OPTIMIZERS
 from ragscale.programs import PROGRAMS
-from ragscale.programs.lm import ADAPTERS
+from ragscale.programs.lm import ADAPTERS, SERVER_RETRIES
 from ragscale.programs.lm.models import WEIGHTS
 from ragscale.programs.retrieval import RETRIEVERS
 
@@ -85,6 +86,37 @@ def _data_flags() -> dict[str, dict[str, Any]]:
     }
 
 
+REQUEST_TIMEOUT_HELP = (
+    "how long each try of a call to a server (the LM, the teacher, the reflection LM, --chroma-url, a VLM) waits for "
+    f"its answer; an LM call is tried {1 + SERVER_RETRIES} times, so it gives up after {1 + SERVER_RETRIES} x SECONDS "
+    f"+ {2**SERVER_RETRIES - 1} s (DSPy waits 1 s, 2 s, ... between tries), and a question whose call gave up fails "
+    "(a rerun asks it again)"
+)
+"""The help of ``--request-timeout``."""
+
+
+def seconds(text: str) -> float:
+    """A flag's positive, finite number of seconds; argparse's usage error (exit 2) names the value otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _server_flags() -> dict[str, dict[str, Any]]:
+    """How long a call to a server may wait."""
+    return {
+        "--request-timeout": {
+            "type": seconds,
+            "metavar": "SECONDS",
+            "help": with_default(REQUEST_TIMEOUT_HELP, "request_timeout"),
+        },
+    }
+
+
 def _run_flags() -> dict[str, dict[str, Any]]:
     """Where a run is kept, and how it runs."""
     return {
@@ -108,7 +140,7 @@ def _run_flags() -> dict[str, dict[str, Any]]:
 
 def flags() -> dict[str, dict[str, Any]]:
     """Every shared flag's ``add_argument`` settings, by its name."""
-    return {**_model_flags(), **_method_flags(), **_data_flags(), **_run_flags()}
+    return {**_model_flags(), **_method_flags(), **_data_flags(), **_server_flags(), **_run_flags()}
 
 
 def dest_of(name: str, settings: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ def add_run(subparsers) -> None:
         run, "--method", "--dataset", "--optimizer", "--lm", "--teacher", "--api-base", "--teacher-api-base",
         "--weights", "--adapter", "--docs", "--iterations", "--reflection-lm", "--budget", "--shots", "--docs-per-demo",
         "--metric", "--limit", "--train-limit", "--data-dir", "--eval-file", "--retriever", "--corpus", "--chroma-url",
-        "--runs-dir", "--threads", "--seed", "--run-name", "--no-cache", "--trace", "--no-autolog",
+        "--request-timeout", "--runs-dir", "--threads", "--seed", "--run-name", "--no-cache", "--trace", "--no-autolog",
     )  # fmt: skip
     run.add_argument("--json", dest="json_path", type=Path, help="also write the summary to this JSON file")
     add_flags(run, "--no-progress")

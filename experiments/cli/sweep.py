@@ -79,7 +79,8 @@ def add_sweep(subparsers) -> None:
     add_flag(sweep, "--teacher", known=known,
              help="runs the teacher program of the bootstrapped demonstrations, e.g. qwen2.5-coder-1.5b")  # fmt: skip
     add_flag(sweep, "--docs-per-demo", known=known, help="documents per demonstration (default: k, the paper's)")
-    for name in ("--retriever", "--corpus", "--chroma-url", "--data-dir", "--runs-dir", "--threads"):
+    for name in ("--retriever", "--corpus", "--chroma-url", "--request-timeout", "--data-dir", "--runs-dir",
+                 "--threads"):  # fmt: skip
         add_flag(sweep, name, known=known, defaults=True)
     add_sweep_flags(sweep)
     add_flag(sweep, "--no-progress", known=known)
@@ -130,6 +131,7 @@ def _grid_and_base(args) -> tuple[Grid, RunConfig]:
         retriever=args.retriever,
         corpus=args.corpus,
         chroma_url=args.chroma_url,
+        request_timeout=args.request_timeout,
         limit=args.limit,
         train_limit=args.train_limit,
         data_dir=args.data_dir,

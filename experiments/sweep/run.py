@@ -20,8 +20,9 @@ on another when it fails there, is recorded with the replica that ran it, and ca
 ``api_base``: the replicas are one server, so a configuration's key (which names ``api_base``) does not depend on the
 replica that answered it, and a rerun given the same URLs, in any order, skips the finished configurations. One URL is
 kept as given, so single-server keys are what they were; adding or removing a replica changes every key. Ctrl-C or
-SIGTERM cancels the configurations not started and ends those running at their next LM or module call, each KILLED with
-its finished questions kept, as a run stopped alone is.
+SIGTERM cancels the configurations not started and ends those running at their next LM or module call, or at once
+while they wait for their questions (``stopping.py``), each KILLED with its finished questions kept, as a run stopped
+alone is.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ class _Runs:
         except BaseException as exc:
             s.stopper.reason = exc
             s.report(
-                f"stopping ({type(exc).__name__}): the running configurations end when their LM calls in flight "
-                "return (a long prompt's prefill can take minutes); their finished questions are kept"
+                f"stopping ({type(exc).__name__}): the running configurations end within a second while they answer "
+                "questions, else when their LM calls in flight return; their finished questions are kept"
             )
             pool.shutdown(wait=True, cancel_futures=True)
             raise

@@ -1,15 +1,19 @@
 """How a sweep stops: at its time limit (``stop_after``), on Ctrl-C or SIGTERM, or on an error. The runs in flight
-end at their next LM or module call, each KILLED with its finished questions kept, as a run stopped alone is."""
+end at their next LM or module call, or, while they wait for their questions (a request to a hung server among them),
+within the evaluation's ``STOP_POLL_S``; each ends KILLED with its finished questions kept, as a run stopped alone
+is. A request in flight is left to give up on its own (``--request-timeout``)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dspy
 from dspy.utils.callback import BaseCallback
 
-from ragscale.experiments.signals import Stopped, interrupted
+from ragscale.experiments.signals import Stopped, interrupted, stop_when
 
 
 class TimeLimitError(Exception):
@@ -20,9 +24,10 @@ class TimeLimitError(Exception):
 class Stopper(BaseCallback):
     """A DSPy callback that ends the sweep's runs in flight once the sweep is stopped: their next module or LM call
     raises what stopped it (a copy of the Ctrl-C or SIGTERM, else ``Stopped`` saying why: the time limit, or an error
-    that stopped the sweep), so each run ends KILLED with what it finished kept, as a run stopped alone does. It rides
-    in ``dspy.context`` (``stoppable``), so it reaches the threads that answer a run's questions. What it raises is a
-    ``BaseException``: DSPy logs and drops an ``Exception`` raised by a callback."""
+    that stopped the sweep), and so does the wait of its evaluation for its questions (``signals.check_stop``), so
+    each run ends KILLED with what it finished kept, as a run stopped alone does. It rides in ``dspy.context``
+    (``stoppable``), so it reaches the threads that answer a run's questions. What it raises is a ``BaseException``:
+    DSPy logs and drops an ``Exception`` raised by a callback."""
 
     def __init__(self):
         super().__init__()
@@ -49,9 +54,12 @@ class Stopper(BaseCallback):
         """Whether the sweep's time limit has passed."""
         return isinstance(self.reason, TimeLimitError)
 
-    def stoppable(self):
-        """A ``dspy.context`` in which the runs started end at their next call once the sweep is stopped."""
-        return dspy.context(callbacks=[*dspy.settings.get("callbacks", []), self])
+    @contextmanager
+    def stoppable(self) -> Iterator[None]:
+        """A block in which the runs started end once the sweep is stopped: at their next call (a ``dspy.context``
+        with this callback) or while they wait for their questions (``signals.stop_when``)."""
+        with dspy.context(callbacks=[*dspy.settings.get("callbacks", []), self]), stop_when(self._check):
+            yield
 
     def _check(self) -> None:
         reason = self.reason

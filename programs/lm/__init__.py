@@ -1,8 +1,9 @@
 """Language models for ragscale programs: a local torch engine inside DSPy, or an OpenAI-compatible server.
 
 ``load_lm("smollm2-135m")`` returns a ``dspy.LM`` whose engine runs the model in-process (see ``engine.py``);
-``load_lm("openai/<model>", api_base=URL)`` returns one that talks to a vLLM/SGLang/Ollama server. Both report
-their calls to :func:`meter`. Loaded local engines are shared: loading the same model again reuses the weights.
+``load_lm("openai/<model>", api_base=URL)`` returns one that talks to a vLLM/SGLang/Ollama server (``ServerLM``),
+each call's wait bounded. Both report their calls to :func:`meter`. Loaded local engines are shared: loading the
+same model again reuses the weights.
 ``ADAPTERS`` names the ways a prompt is formatted and parsed; ``make_adapter(name)`` builds one.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import dspy
 
-from ragscale.process import go_offline
+from ragscale.process import REQUEST_TIMEOUT_S, go_offline
 from ragscale.programs.lm.adapter import FieldAdapter
 from ragscale.programs.lm.cache import restrict_cache
 from ragscale.programs.lm.engine import TorchEngine
@@ -26,8 +27,10 @@ __all__ = [
     "ADAPTERS",
     "DEFAULT_LM",
     "PRESETS",
+    "SERVER_RETRIES",
     "CallRecord",
     "FieldAdapter",
+    "ServerLM",
     "UsageMeter",
     "adapter_name",
     "chat",
@@ -51,6 +54,46 @@ ADAPTERS: dict[str, Callable[[], dspy.Adapter]] = {
     "chat": lambda: dspy.ChatAdapter(use_json_adapter_fallback=False),
     "json": dspy.JSONAdapter,
 }
+
+
+SERVER_RETRIES = 2
+"""How many times a server call that failed in a way that may pass (no answer in time, a 5xx, a dropped connection)
+is tried again, 1 s and then 2 s later: a call gives up after ``(1 + SERVER_RETRIES) x request_timeout + 3 s``."""
+
+
+class ServerLM(MeteredLM):
+    """An ``openai/<model>`` on an OpenAI-compatible server: each try of a call waits at most ``timeout`` seconds
+    for its answer (``load_lm``'s ``request_timeout``), and a call that got none in any of its tries raises
+    ``TimeoutError`` naming the wait and the server, so that a question it fails says why."""
+
+    def __init__(self, model: str, *, timeout: float, **kwargs: Any) -> None:
+        super().__init__(model, timeout=timeout, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            self._raise_timeout(exc)
+            raise
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().acall(*args, **kwargs)
+        except Exception as exc:
+            self._raise_timeout(exc)
+            raise
+
+    def _raise_timeout(self, exc: Exception) -> None:
+        """Raise ``TimeoutError`` from ``exc`` when a wait for the server ran out on the way to it."""
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, TimeoutError):
+            cause = cause.__cause__
+        if cause is None:
+            return
+        raise TimeoutError(
+            f"{self.model} at {self.kwargs.get('api_base')}: no answer within {self.kwargs.get('timeout'):g} s, "
+            f"{self.num_retries + 1} tries (request_timeout, --request-timeout)"
+        ) from exc
 
 
 def make_adapter(name: str) -> dspy.Adapter:
@@ -99,6 +142,7 @@ def load_lm(
     max_batch_size: int = 8,
     weights: str | None = None,
     decode: str | None = None,
+    request_timeout: float = REQUEST_TIMEOUT_S,
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` for a preset (``PRESETS``), a model directory, a ``.gguf`` file, or ``openai/<model>``.
@@ -106,7 +150,9 @@ def load_lm(
     ``cache=True`` lets DSPy's cache serve identical requests (reruns cost nothing), read with restricted unpickling
     (``cache.restrict_cache``); ``cache=False`` turns it off. The offline environment is set first
     (``ragscale.process``): the model hub and the price map are not contacted.
-    ``openai/<model>`` needs ``api_base`` (e.g. ``http://localhost:8000/v1``) and accepts ``context_window=N``.
+    ``openai/<model>`` needs ``api_base`` (e.g. ``http://localhost:8000/v1``) and accepts ``context_window=N``; each
+    try of a call to it waits at most ``request_timeout`` seconds for the answer, and a call is tried
+    ``1 + SERVER_RETRIES`` times (``ServerLM``).
     ``weights`` is :func:`~ragscale.programs.lm.models.load_model`'s: the layout of the linear layers on CPU
     (``WEIGHTS``). ``decode`` is how a local model's decode steps run (``decoder.DECODE_WAYS``; default
     ``engine.decode_way()``). Other keyword arguments become default request parameters of the LM.
@@ -119,8 +165,11 @@ def load_lm(
         if not api_base:
             raise ValueError(f"{name!r} is a server model: pass api_base= (the server's /v1 URL)")
         kwargs.setdefault("api_key", "unused")  # OpenAI-compatible local servers accept any key
+        if "timeout" in kwargs:
+            raise TypeError("load_lm: give a server's wait as request_timeout=, not timeout=")
+        kwargs.setdefault("num_retries", SERVER_RETRIES)
         window = kwargs.pop("context_window", SERVER_CONTEXT_WINDOW)
-        return MeteredLM(name, api_base=api_base, context_window=window, **common, **kwargs)
+        return ServerLM(name, api_base=api_base, context_window=window, timeout=request_timeout, **common, **kwargs)
     if api_base:
         raise ValueError(f"api_base is for 'openai/<model>' server models, not the local model {name!r}")
     engine: TorchEngine = TorchEngine.shared(

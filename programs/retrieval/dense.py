@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ragscale.process import REQUEST_TIMEOUT_S
 from ragscale.programs.retrieval import manifest
 from ragscale.programs.retrieval.embedder import MiniLMEmbedder, get_embedder
 from ragscale.programs.retrieval.passage import (
@@ -63,9 +64,13 @@ VOLATILE_TABLES = frozenset({"acquire_write"})
 """Tables of chromadb's sqlite file that gain a row each time a client opens the store: not hashed."""
 
 
-def chroma_client(path: Path | None = None, chroma_url: str | None = None) -> Any:
+def chroma_client(
+    path: Path | None = None, chroma_url: str | None = None, *, timeout_s: float = REQUEST_TIMEOUT_S
+) -> Any:
     """A chromadb client: ``HttpClient`` for ``chroma_url`` (``http://host:port``), else a ``PersistentClient``
-    stored in the folder ``path``. Telemetry is off."""
+    stored in the folder ``path``. Telemetry is off. A server's every request after the client's own checks of its
+    tenant waits at most ``timeout_s`` for an answer: chromadb's HTTP session has no timeout of its own, so a server
+    that stalls would hold a query, or an index build, for good."""
     import chromadb
     from chromadb.config import Settings
 
@@ -76,7 +81,9 @@ def chroma_client(path: Path | None = None, chroma_url: str | None = None) -> An
             raise ValueError(f"chroma_url {chroma_url!r} has no host; expected http://host:port")
         ssl = url.scheme == "https"
         port = url.port or (443 if ssl else 8000)
-        return chromadb.HttpClient(host=url.hostname, port=port, ssl=ssl, settings=settings)
+        client = chromadb.HttpClient(host=url.hostname, port=port, ssl=ssl, settings=settings)
+        client._server._session.timeout = timeout_s  # httpx's, which chromadb makes with none and offers no setting for
+        return client
     if path is None:
         raise ValueError("a dense index needs index_dir (a folder for chromadb) or chroma_url")
     Path(path).mkdir(parents=True, exist_ok=True)
@@ -145,6 +152,7 @@ class DenseRetriever:
             ``chroma_url`` is given.
         embedder: an ``EMBEDDERS`` name or an embedder object with ``name`` and ``embed(texts)``.
         chroma_url: use a chromadb server (``chroma run``) at this URL instead of the embedded store.
+        timeout_s: how long each request to that server waits for its answer.
         batch_size: passages embedded and added per step; each step is durable, which makes a build resumable.
         build: index missing passages now (default); with ``False`` call ``build()`` yourself.
         key: the corpus's digest (``data.corpora.Corpus.key``); without it the passages are hashed here.
@@ -165,6 +173,7 @@ class DenseRetriever:
         build: bool = True,
         key: str | None = None,
         progress: bool = False,
+        timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         self.passages = corpus_passages(corpus)
         if not self.passages:
@@ -176,7 +185,7 @@ class DenseRetriever:
         self.batch_size = batch_size
         base = key if key is not None else corpus_key(self.passages)
         self.collection_name = f"ragscale-{index_key(base, 'dense', self.embedder.name)}"
-        self.chroma_url = chroma_url
+        self.chroma_url, self.timeout_s = chroma_url, timeout_s
         self.path = None if chroma_url else Path(index_dir) / "dense" / self.collection_name
         self.recorded: int | None = None  # the passages its manifest records, while it describes the store
         self._open()
@@ -222,7 +231,7 @@ class DenseRetriever:
         return None
 
     def _connect(self) -> None:
-        self.client = chroma_client(self.path, self.chroma_url)
+        self.client = chroma_client(self.path, self.chroma_url, timeout_s=self.timeout_s)
         self.collection = self.client.get_or_create_collection(
             self.collection_name,
             configuration={"hnsw": {"space": "cosine", "ef_search": EF_SEARCH}},

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ragscale.process import REQUEST_TIMEOUT_S
 from ragscale.programs.retrieval.bm25 import BM25Retriever
 from ragscale.programs.retrieval.dense import DenseRetriever
 from ragscale.programs.retrieval.embedder import MiniLMEmbedder
@@ -92,20 +93,23 @@ def build_retriever(
     chroma_url: str | None = None,
     key: str | None = None,
     progress: bool = False,
+    timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> Retriever:
     """A ready retriever over ``corpus`` (entries ``{"id", "title", "text"}``), its indexes under ``index_dir``.
 
     ``kind`` is one of ``RETRIEVERS``: "dense" (chromadb, or the server at ``chroma_url``), "bm25" or "hybrid".
     Missing passages are indexed now; an existing index for the same corpus (``key``, its digest, names it) and
-    embedder is reused. ``progress`` draws a bar while an index is built.
+    embedder is reused. ``progress`` draws a bar while an index is built. ``timeout_s`` bounds each request to a
+    chroma server.
     """
     if kind not in RETRIEVERS:
         raise ValueError(f"unknown retriever kind {kind!r}; valid kinds: {', '.join(RETRIEVERS)}")
     if kind == "bm25":
         return BM25Retriever(corpus, index_dir=index_dir, key=key, progress=progress)
     dense = DenseRetriever(
-        corpus, index_dir=index_dir, embedder=embedder, chroma_url=chroma_url, key=key, progress=progress
-    )
+        corpus, index_dir=index_dir, embedder=embedder, chroma_url=chroma_url, key=key, progress=progress,
+        timeout_s=timeout_s,
+    )  # fmt: skip
     if kind == "dense":
         return dense
     return HybridRetriever(dense, BM25Retriever(corpus, index_dir=index_dir, key=key, progress=progress))

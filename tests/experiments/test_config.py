@@ -23,6 +23,7 @@ def test_a_config_round_trips_through_its_toml(tmp_path):
         threads=2,
         cache=False,
         weights="int8",
+        request_timeout=12.5,
     )
     path = tmp_path / "config.toml"
     path.write_text(config.to_toml())
@@ -37,6 +38,10 @@ def test_a_config_round_trips_through_its_toml(tmp_path):
         ("adapter", "xml", "valid choices: chat, field, field-prefill, json"),
         ("retriever", "grep", "bm25, dense, hybrid"),
         ("weights", "int4", "weights 'int4'.*auto, bf16, dense, fp32, int8, int8-bf16"),
+        ("request_timeout", 0, "request_timeout must be a positive number of seconds, got 0"),
+        ("request_timeout", float("inf"), "request_timeout must be a positive number of seconds"),
+        ("request_timeout", "30", "request_timeout must be a number"),
+        ("request_timeout", True, "request_timeout must be a number"),
     ],
 )
 def test_a_bad_config_value_fails_naming_the_field(field, value, message):

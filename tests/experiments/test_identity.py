@@ -16,7 +16,7 @@ def key(data: str = "data", **settings) -> str:
 
 
 def test_settings_that_change_only_speed_or_place_leave_the_key_as_it_was(tmp_path):
-    assert key(threads=1, cache=False, run_name="again", runs_dir=tmp_path, trace=True) == key()
+    assert key(threads=1, cache=False, run_name="again", runs_dir=tmp_path, trace=True, request_timeout=5.0) == key()
 
 
 def test_every_setting_that_decides_the_result_changes_the_key():

@@ -40,19 +40,19 @@ WAIT_S = 10.0  # the longest a replica waits for another to be answering too
 
 class Replica(ScriptedChatEngine):
     """One server's answers (the script's), counting its calls. Given ``together`` (a barrier shared by the
-    replicas), its first call waits there until the other replicas' first calls are in flight too, and records
+    replicas), its call number ``at_call`` waits there until the other replicas' are in flight too, and records
     whether they were (False when the barrier timed out); ``pause_s`` delays each call."""
 
-    def __init__(self, together: threading.Barrier | None = None, pause_s: float = 0.0):
+    def __init__(self, together: threading.Barrier | None = None, pause_s: float = 0.0, at_call: int = 1):
         super().__init__(SCRIPT)
-        self.together, self.pause_s = together, pause_s
+        self.together, self.pause_s, self.at_call = together, pause_s, at_call
         self.calls, self.overlapped, self._lock = 0, None, threading.Lock()
 
     def complete(self, request):
         with self._lock:
             self.calls += 1
-            first = self.calls == 1
-        if first and self.together is not None:
+            meets = self.calls == self.at_call
+        if meets and self.together is not None:
             try:
                 self.together.wait()
                 self.overlapped = True
@@ -191,9 +191,10 @@ def test_ctrl_c_or_sigterm_cancels_the_configurations_not_started_and_ends_those
 
     monkeypatch.setattr(Planner, "estimate", estimate_when_started)
 
-    together = threading.Barrier(2, action=stop, timeout=WAIT_S)  # the signal once both runs are answering
-    # paused: the main thread has the signal before a run asks its next question
-    replicas = [Replica(together, pause_s=1.0), Replica(together, pause_s=1.0)]
+    # the signal once both runs have answered their first question and are answering the second: a run stops while
+    # it waits for that one (paused), keeping the first
+    together = threading.Barrier(2, action=stop, timeout=WAIT_S)
+    replicas = [Replica(together, pause_s=1.0, at_call=2), Replica(together, pause_s=1.0, at_call=2)]
     base = base_config(tmp_path, data_dir)
     began, reports = time.monotonic(), []
     with terminate_on_sigterm(), pytest.raises(raised):
