@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,7 @@ from ragscale.experiments.sweep.replicas import shared_api_base
 from ragscale.experiments.sweep.run import plan_only, run_sweep
 from ragscale.experiments.sweep.setup import Loaded
 from ragscale.experiments.sweep.sitting import SweepOptions
+from ragscale.experiments.sweep.stopping import TimeLimitError
 from ragscale.programs import method_named
 
 
@@ -179,7 +181,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         plan_only(grid, base, options, Loaded(corpus=corpus), report=print)
         return 0
     start = time.perf_counter()
-    result = run_sweep(grid, base, options, Loaded(corpus=corpus), report=print)
+    try:
+        result = run_sweep(grid, base, options, Loaded(corpus=corpus), report=print)
+    except TimeLimitError as exc:  # before any configuration started: nothing ran, nothing to report
+        print(f"ragscale sweep: stopped: {exc}; no configuration ran", file=sys.stderr)
+        return 1
     print(
         f"\nsweep: {len(result.ran)} ran, {len(result.skipped)} skipped (done, over budget or window), "
         f"{len(result.failed)} failed, {len(result.stopped)} left at the time limit in "

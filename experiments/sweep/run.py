@@ -108,7 +108,9 @@ def run_sweep(
     adopt_from = options.adopt_from
     if adopt_from is not None:
         report(f"adopted {adopt(adopt_from, sweep_dir, base.runs_dir)} finished rows from {adopt_from}")
-    sitting = open_sitting(grid, base, options, replace(loaded, lm=replicas.lms[0]), sweep_dir, report)
+    deadline = None if options.stop_after is None else began + options.stop_after
+    sitting = open_sitting(grid, base, options, replace(loaded, lm=replicas.lms[0]), sweep_dir, report,
+                           deadline=deadline)  # fmt: skip
     sitting.stopper.stop_at(began, options.stop_after)
     with sitting.lock:  # the parent run's, let go once it has ended
         try:

@@ -53,11 +53,13 @@ class Setup:
 
 
 def load_setup(
-    grid: Grid, base: RunConfig, sweep_dir: Path, loaded: Loaded, *, index: bool = True, progress: bool = False
-) -> Setup:
+    grid: Grid, base: RunConfig, sweep_dir: Path, loaded: Loaded, *, index: bool = True, progress: bool = False,
+    deadline: float | None = None,
+) -> Setup:  # fmt: skip
     """Load what a sweep needs, but what ``loaded`` gives. ``index`` builds the configured retriever (cached under
     ``<runs_dir>/indexes``) so that the estimates count the documents it really retrieves; without it (a plan
-    alone) an in-memory BM25 over the same corpus stands in, which builds in seconds."""
+    alone) an in-memory BM25 over the same corpus stands in, which builds in seconds. ``deadline`` (the sweep's time
+    limit) bounds the LM's timed calls (``measure_speed``)."""
     lm = loaded.lm if loaded.lm is not None else load_lm_for(base)
     train, evalset = load_examples(base, loaded.examples)
     retriever, corpus = loaded.retriever, loaded.corpus
@@ -75,6 +77,8 @@ def load_setup(
         speed = speed_from_runs({**tracked, **ledger}.values(), base.lm)
     if speed is None:
         speed = measure_speed(
-            lm, next((p["text"] for ex in evalset for p in (getattr(ex, "paragraphs", None) or [])), "")
+            lm,
+            next((p["text"] for ex in evalset for p in (getattr(ex, "paragraphs", None) or [])), ""),
+            deadline=deadline,
         )
     return Setup(sweep_dir, lm, train, evalset, retriever, corpus, ledger, tracked, speed)

@@ -70,11 +70,13 @@ class Sitting:
 
 
 def open_sitting(
-    grid: Grid, base: RunConfig, options: SweepOptions, loaded: Loaded, sweep_dir: Path, report: Callable[[str], None]
-) -> Sitting:
-    """A sitting of the sweep in ``sweep_dir``: what it needs loaded (``load_setup``), its plan reported, its MLflow
-    run started, with its lock held (``resume.start_claimed``)."""
-    got = load_setup(grid, base, sweep_dir, loaded, progress=options.progress)
+    grid: Grid, base: RunConfig, options: SweepOptions, loaded: Loaded, sweep_dir: Path, report: Callable[[str], None],
+    *, deadline: float | None = None,
+) -> Sitting:  # fmt: skip
+    """A sitting of the sweep in ``sweep_dir``: what it needs loaded (``load_setup``, its LM's timed calls given up at
+    ``deadline``, the time limit), its plan reported, its MLflow run started, with its lock held
+    (``resume.start_claimed``)."""
+    got = load_setup(grid, base, sweep_dir, loaded, progress=options.progress, deadline=deadline)
     planner = Planner.for_run(base, got.lm, got.train, got.evalset, retriever=got.retriever, speed=got.speed)
     planned = plan(
         grid, base, lm=got.lm, train=got.train, evalset=got.evalset, ledger=got.ledger, speed=got.speed,

@@ -16,15 +16,18 @@ averaged into a time wrong for both; a row's ``REUSED`` tokens per question (est
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT
+from ragscale.experiments.sweep.stopping import TimeLimitError
 from ragscale.programs.lm import chat, meter
 
 REUSED = "reused_tokens_per_question"
@@ -52,9 +55,27 @@ class Speed:
         return f"prefill {self.prefill_tok_s:g} tok/s{square}{decode} ({self.source})"
 
 
-def measure_speed(lm, text: str) -> Speed:
+def measure_speed(lm, text: str, *, deadline: float | None = None) -> Speed:
     """Prefill and decode rates from two tiny timed calls (cache off), after a warm-up that decodes: a ~300-token
-    prompt with 1 output token, then a short prompt with up to 24 output tokens."""
+    prompt with 1 output token, then a short prompt with up to 24 output tokens.
+
+    With ``deadline`` (a ``time.monotonic`` time: the sweep's time limit) the calls are made in a thread of their own
+    and given up at it (``TimeLimitError``): a server that never answers would otherwise hold the sweep past its
+    limit until each call gave up (``--request-timeout``). The thread left waiting ends with its call."""
+    if deadline is None:
+        return _timed_calls(lm, text)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="ragscale-speed")
+    future = pool.submit(contextvars.copy_context().run, _timed_calls, lm, text)
+    pool.shutdown(wait=False)
+    try:
+        return future.result(timeout=max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        if future.done():  # the call's own timeout, not the time limit
+            raise
+        raise TimeLimitError("the time limit passed while the LM's speed was timed: it has not answered") from None
+
+
+def _timed_calls(lm, text: str) -> Speed:
     fresh = lm.copy(cache=False) if hasattr(lm, "copy") else lm
     words = " ".join((text or "the quick brown fox jumps over the lazy dog ").split()[:220])
     stamp = f"[{time.time_ns()}] "  # a new prompt each time: no prefix cache either

@@ -158,6 +158,21 @@ def test_a_sweeps_time_limit_ends_the_configuration_waiting_on_a_hung_server(sha
     assert run.info.status == "KILLED"  # not left RUNNING
 
 
+def test_a_sweeps_time_limit_ends_it_while_the_lms_speed_is_timed_on_a_hung_server(shared_datasets, tmp_path, capsys):
+    runs = tmp_path / "runs"  # a store of its own: no earlier run gives the LM's speed, so the sweep times it
+    with serving_in_thread(faulty_chat("hang")) as url:
+        start = time.monotonic()
+        code = main(["sweep", "--dataset", "hotpotqa", "--methods", "rag", "--docs", "1", "--shots", "0", "--lm",
+                     "openai/x", "--api-base", f"{url}/v1", "--limit", "2", "--retriever", "bm25", "--corpus",
+                     "questions", "--data-dir", str(shared_datasets), "--runs-dir", str(runs), "--stop-after", "0.05",
+                     "--no-progress", "--no-baselines"])  # fmt: skip
+        took = time.monotonic() - start
+    assert code == 1
+    assert took < 3 + 30, took  # the limit (3 s) and the 30 s, not 3 tries of --request-timeout
+    assert "the time limit passed while the LM's speed was timed" in capsys.readouterr().err
+    assert [run.info.status for run in tracking.search_runs(runs, "")] == []  # no run was opened, none left RUNNING
+
+
 def test_a_request_timeout_that_is_not_a_positive_number_is_a_usage_error(capsys):
     from ragscale.experiments.cli import build_parser
 
