@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from ragscale.experiments import traces
 from ragscale.experiments.config import RunConfig
-from ragscale.experiments.files import write_text, writing
+from ragscale.experiments.files import in_one_line, write_text, writing
 from ragscale.experiments.signals import check_stop
 from ragscale.optimizers.metrics import accuracy, exact_match, f1, retrieval_recall
 from ragscale.programs import PROGRAMS
@@ -112,7 +112,7 @@ def answer_one(program, example, *, retrieves: bool = True, refused: str | None 
             # a prompt the LM refused as too long: its counts, in the first line, without DSPy's advice after it
             message = str(exc).strip().splitlines()[0] if isinstance(exc, ContextWindowExceededError) else exc
             error = f"{type(exc).__name__}: {message}"
-            log.warning("question %s failed: %s", example.id, error)
+            log.warning("question %s failed: %s", example.id, in_one_line(error))
     latency = time.perf_counter() - start
     titles, ids = _titles_and_ids(getattr(pred, "passages", None) if pred is not None else None)
     ok = error is None

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sqlite3
+import textwrap
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,6 +64,12 @@ def one_line(exc: BaseException) -> str:
         return f"{found.strerror}: {found.filename}" if found.filename else str(found.strerror)
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+def in_one_line(text: str, width: int = 300) -> str:
+    """``text`` on one line of at most ``width`` characters: a server's error may carry its whole HTML page, which a
+    question's record keeps and a log line or a run's one-line failure does not."""
+    return textwrap.shorten(" ".join(text.split()), width, placeholder=" ...")
 
 
 def _replace(path: Path, data: str | bytes) -> None:

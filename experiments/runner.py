@@ -39,7 +39,7 @@ import dspy
 from ragscale.experiments import parts, record, resume, traces, tracking
 from ragscale.experiments.config import ConfigError, RunConfig
 from ragscale.experiments.evaluate import PREDICTIONS, evaluate, summarize
-from ragscale.experiments.files import unnamed_disk_error, writing
+from ragscale.experiments.files import in_one_line, unnamed_disk_error, writing
 from ragscale.experiments.identity import config_key, data_fingerprint
 from ragscale.experiments.inputs import corpus_for
 from ragscale.experiments.provenance import data_files, provenance_tags
@@ -220,8 +220,8 @@ def _conclude(
         first = next(r for r in records if r["error"] is not None)
         raise RunFailedError(
             f"run {run_id}: {failed} of {n} questions failed (more than max_failed {max_failed:.0%}); "
-            f"the first error (question {first['id']}): {first['error']}. Fix the cause and rerun the same command: "
-            "it resumes the run and asks the failed questions again"
+            f"the first error (question {first['id']}): {in_one_line(first['error'])}. Fix the cause and rerun the "
+            "same command: it resumes the run and asks the failed questions again"
         )
     record.finish(config, run_id, records)  # before the lock is let go: a finished run is never taken over
     log.info("run %s finished: EM %.1f F1 %.1f (%d failed, %d resumed) in %.0f s", run_id, summary["em"],

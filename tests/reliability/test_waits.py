@@ -75,6 +75,8 @@ def test_a_server_that_errors_or_answers_garbage_fails_the_run_in_one_message(fa
         [run] = runs_of(runs, url)
     err = capsys.readouterr().err
     assert "the run failed" in err and error in err and "Traceback" not in err
+    [failure] = [line for line in err.splitlines() if "the run failed" in line]
+    assert failure.endswith("asks the failed questions again")  # one line, however long the server's answer
     assert error in records(runs, run)[0]["error"]
     assert run.info.status == "FAILED"
 
