@@ -80,6 +80,17 @@ def serving_in_thread(handler: type):
         server.server_close()
 
 
+def send_json(handler: BaseHTTPRequestHandler, body) -> None:
+    """Answer ``handler``'s request 200 with ``body`` as JSON (bytes are sent as they are: a body that only claims to
+    be JSON)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class ChatCompletions(BaseHTTPRequestHandler):
     """A minimal /v1/chat/completions: answers with the capital named in the prompt, in DSPy's chat format when the
     prompt asks for it; a GET lists its models, as a live server does."""
@@ -87,12 +98,7 @@ class ChatCompletions(BaseHTTPRequestHandler):
     received: list[dict] = []  # noqa: RUF012 -- the requests this server saw, for the test to inspect
 
     def do_GET(self):  # /v1/models, as a live server lists them (what the check before a run asks)
-        data = json.dumps({"object": "list", "data": [{"id": "x", "object": "model"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, {"object": "list", "data": [{"id": "x", "object": "model"}]})
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -110,12 +116,7 @@ class ChatCompletions(BaseHTTPRequestHandler):
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
             "usage": {"prompt_tokens": n_prompt, "completion_tokens": 7, "total_tokens": n_prompt + 7},
         }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, reply)
 
     def log_message(self, *args):
         pass
@@ -155,12 +156,7 @@ def faulty_chat(fault: str, *, after: int = 0) -> type:
                 self.send_error(500, "internal error")
                 return
             if fault == "garbage":
-                data = b"<html>not json"
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, b"<html>not json")
                 return
             super().do_POST()
 

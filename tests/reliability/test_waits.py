@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from servers import faulty_chat, serving_in_thread
+from servers import faulty_chat, send_json, serving_in_thread
 
 from ragscale.experiments import tracking
 from ragscale.experiments.cli import main
@@ -201,12 +201,7 @@ class StallingChroma(http.server.BaseHTTPRequestHandler):
         else:
             self.release.wait(timeout=600)
             return
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, body)
 
     def do_POST(self):
         self.release.wait(timeout=600)
