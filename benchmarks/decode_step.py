@@ -51,7 +51,8 @@ def stepper(model, way: str):
 
     bare = way.removesuffix("-nograph")
     decoder = Decoder(model, bare, graphs=False if bare != way else None)
-    decoder.max_rows, decoder.wanted, decoder.buckets = BUCKETS[-1], list(BUCKETS), list(BUCKETS)
+    decoder.max_rows, decoder.buckets = BUCKETS[-1], list(BUCKETS)
+    decoder.compile_now()  # every row count timed compiled from its first step
 
     def run(cache, feed, positions, mask):
         return decoder(feed[:, None], mask.long(), positions[:, None], cache)

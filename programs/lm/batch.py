@@ -39,9 +39,16 @@ if TYPE_CHECKING:
 # a running batch's KV buffers leave room for requests that join it without copying its rows: spare rows up to
 # max_batch_size, SLACK columns on the left for a joining prompt longer than the batch, ROOM columns on the right
 SLACK, ROOM = 128, 256
+SPARE_BYTES = 256 << 20
+"""The most bytes a running batch's spare rows take: each is as long as the batch, so at long context they would
+be gigabytes for requests that may never come; a request that finds no spare row is copied in (``merge``)."""
 CHUNK_TOKENS = 512
 """While a batch is decoding, a new prompt is prefilled in passes of at most this many tokens, and the decoding
 batch steps between two of them (``Batcher.start``'s ``between``)."""
+PREFILL_TOKENS = 2048
+"""Otherwise a prompt is prefilled in passes of at most this many tokens: the activations of a pass grow with its
+tokens (the MLP's by 4 to 6 times the hidden size each), so a long prompt in one pass would hold gigabytes of them;
+a pass of this many tokens runs its matrix products as fast as a longer one (``docs/engine.md``)."""
 
 
 @dataclass(eq=False)
@@ -106,11 +113,12 @@ class Batcher:
         tok_lock: threading.Lock | None = None,
         decode: str = "auto",
         chunk_tokens: int = CHUNK_TOKENS,
+        prefill_tokens: int = PREFILL_TOKENS,
     ) -> None:
         from ragscale.programs.lm.decoder import Decoder
 
         self.model, self.tokenizer = model, tokenizer
-        self.decoder, self.chunk_tokens = Decoder(model, decode), chunk_tokens
+        self.decoder, self.chunk_tokens, self.prefill_tokens = Decoder(model, decode), chunk_tokens, prefill_tokens
         self.max_batch_size, self.prefixes = max_batch_size, prefixes
         self._tok_lock = threading.Lock() if tok_lock is None else tok_lock
         self._eos = _eos_ids(model, tokenizer)
@@ -148,9 +156,9 @@ class Batcher:
     def _prefill(self, jobs: list[Job], running: bool = False, chunk: int | None = None) -> Any:
         """Prefill each row in its own forward passes after its longest cached prefix, into one batch's buffers.
 
-        A generator: it yields after every row and after every pass of at most ``chunk`` tokens (None: one pass
-        per row), so its caller can do other work between them (:meth:`start`), and returns the batch: (logits of
-        each row's last position, KV cache, attention mask, next position ids). Rows are right-aligned (left
+        A generator: it yields after every row and after every pass of at most ``chunk`` tokens (None:
+        ``prefill_tokens``), so its caller can do other work between them (:meth:`start`), and returns the batch:
+        (logits of each row's last position, KV cache, attention mask, next position ids). Rows are right-aligned (left
         padding, masked out and zeroed). The cache of a ``running`` batch (one that decodes and that later
         requests join) has room for them: spare rows, slack columns and ``ROOM`` more positions.
         """
@@ -160,7 +168,7 @@ class Batcher:
         self.batch_sizes[len(jobs)] += 1
         width = max(len(j.ids) for j in jobs)
         capacity = width + max(j.max_new for j in jobs) + (ROOM if running else 0)
-        spare, slack = (max(0, self.max_batch_size - len(jobs)), SLACK) if running else (0, 0)
+        spare, slack = (self._spare_rows(len(jobs), capacity), SLACK) if running else (0, 0)
         cache = self._buffers(len(jobs), capacity, spare, slack)
         end = slack + width  # every row ends here
         device = self.model.device
@@ -174,7 +182,7 @@ class Batcher:
                 view.update(k, v)  # the cached prefix's keys/values, copied into this row
             part = DynamicCache(config=self.model.config)
             part.layers = views
-            step = chunk or len(job.ids)
+            step = chunk or self.prefill_tokens
             for a in range(n, len(job.ids), step):
                 b = min(a + step, len(job.ids))
                 ids = torch.tensor([job.ids[a:b]], device=device)
@@ -200,6 +208,14 @@ class Batcher:
     def _prefilled(self, jobs: list[Job], running: bool = False) -> tuple[Any, Any, Any, Any]:
         """:meth:`_prefill` run to its end, one pass per row."""
         return _drain(self._prefill(jobs, running))
+
+    def _spare_rows(self, rows: int, capacity: int) -> int:
+        """How many spare rows a running batch of ``rows`` rows of ``capacity`` positions gets: up to the batch
+        size, within ``SPARE_BYTES``."""
+        from ragscale.programs.lm.kv import position_bytes
+
+        fits = SPARE_BYTES // (position_bytes(self.model) * (capacity + SLACK))
+        return max(0, min(self.max_batch_size - rows, fits))
 
     def _buffers(self, rows: int, capacity: int, spare: int, slack: int) -> Any:
         """An empty cache of ``kv.BufferLayer``s for ``rows`` rows of ``capacity`` positions, allocated now so that
@@ -304,7 +320,7 @@ class Batcher:
             self.work["joins in place"] += 1
         else:
             width = max(running.mask.shape[1], new.mask.shape[1])
-            spare = max(0, self.max_batch_size - len(jobs))
+            spare = self._spare_rows(len(jobs), width + room + ROOM)
             cache.layers = [merge_layers(a, b, width, width + room + ROOM, spare, SLACK) for a, b in pairs]
         masks = [torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in (running.mask, new.mask)]
         return Running(

@@ -1,15 +1,28 @@
-"""How the engine runs a decode step: the way chosen for the model's device and layout, the step compiled for the
-row counts the memory allows, replayed as CUDA graphs on a GPU, and transformers' forward pass for the rest.
+"""How the engine runs a decode step: the way chosen for the model's device and layout, the step compiled for a row
+count once its decoding has paid for the compile, replayed as CUDA graphs on a GPU, and transformers' forward pass
+for the rest.
 
 One concept in one file: the engine's choice of how to run a step. The step itself, its fused weights and the
 arithmetic ``torch.compile`` takes whole, is ``step.py``'s (``DecodeStep``); replaying it as a CUDA graph is
 ``graphs.py``'s.
+
+Compiling a row count costs seconds to a minute, where a short run decodes for less than that, so on a CPU a row
+count is compiled only once the time its eager steps lost would have paid for the compile, as a ski rental: each
+eager step of the row count adds half its time (what a compiled step saves, ``SAVES``) to what it has lost, and
+when that reaches the compile's expected cost the step compiles. The expected cost is the last compile's of the
+same model, layout, row count and torch, kept in ``steps.json`` beside inductor's cache on disk (read back from
+there, a compile costs seconds), else ``FIRST_COMPILE_S``. A run that pays for no compile decodes eagerly from its
+first step; a long one loses at most as much as it would have spent compiling.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,17 +33,11 @@ from ragscale.programs.lm.step import BUCKETS, DecodeStep, supports
 
 logger = logging.getLogger(__name__)
 
-KEPT_FREE = 0.4
-"""The share of the machine's memory that compiling the decode step for one more bucket must leave free."""
-
-
-def memory() -> tuple[int, int]:
-    """(available, total) bytes of this machine's memory (``/proc/meminfo``; where it is missing, plenty)."""
-    try:
-        fields = dict(line.split(":", 1) for line in open("/proc/meminfo", encoding="ascii"))
-    except OSError:
-        return 2**62, 2**62
-    return (int(fields[name].split()[0]) * 1024 for name in ("MemAvailable", "MemTotal"))
+SAVES = 0.5
+"""The share of an eager step's time that a compiled step saves: about half on the Zen 4 EPYC of
+``docs/engine.md`` (40 against 20 ms a row); less where torch's eager int8 kernel is fast."""
+FIRST_COMPILE_S = 60.0
+"""The expected cost of a row count's first compile, where no earlier one is recorded."""
 
 
 DECODE_WAYS = ("auto", "hf", "static", "compiled")
@@ -67,9 +74,13 @@ class Decoder:
 
     ``decoder(feed, mask, positions, cache)`` takes what transformers' forward takes (``(rows, 1)`` tokens and
     positions, the ``(rows, width)`` attention mask with the new column, a cache of ``kv.BufferLayer``) and returns
-    the ``(rows, vocabulary)`` logits, having written the step's keys and values. A compiled step that fails to
-    compile is logged and replaced by transformers' forward for the rest of the engine's life. ``graphs`` (the
-    default on a GPU): the step, compiled or not, is replayed as a CUDA graph per batch (``graphs.StepGraphs``).
+    the ``(rows, vocabulary)`` logits, having written the step's keys and values.
+
+    A compiled step runs the step eagerly for a row count until its compile pays (the module docstring), then
+    compiles it there, once: ``compile_now`` compiles every row count at once instead (benchmarks, a GPU). A row
+    count that fails to compile is logged and stays eager; a compiled step that fails while decoding is logged and
+    replaced by transformers' forward for the rest of the engine's life. ``graphs`` (the default on a GPU): the
+    step, compiled or not, is replayed as a CUDA graph per batch (``graphs.StepGraphs``).
     """
 
     def __init__(self, model: Any, way: str = "auto", *, graphs: bool | None = None) -> None:
@@ -83,59 +94,67 @@ class Decoder:
         self.graphs = None
         if graphs and self.step is not None:
             self.graphs = StepGraphs(self.step.step)
-        self.wanted = [b for b in BUCKETS if b <= self.max_rows]  # the buckets to compile
-        self.buckets = list(self.wanted)
-        self.prepared = False
-        self._compiled: list[int] = []  # the buckets compiled so far
-        self._short = 0  # the bucket last left out for want of memory (0: none)
+        self.buckets = [b for b in BUCKETS if b <= self.max_rows]
+        self.compiled: set[int] = set()  # the buckets whose graph is compiled
+        self.failed: set[int] = set()  # the buckets whose compile failed: eager for good
+        self.lost: Counter[int] = Counter()  # seconds each bucket's eager steps lost against a compiled step
+        self.compile_s: dict[int, float] = {}  # what each bucket's compile took
+
+    @property
+    def compiles(self) -> bool:
+        """Whether this decoder compiles its step (the ``compiled`` way and it has not failed while decoding)."""
+        return self.step is not None and self.step.compiled is not None
 
     def prepare(self) -> None:
-        """Compile the step for every bucket it serves now, once, on a small cache of zeros, rather than at the
-        first batch of each size (where a compile would stall the rows decoding).
+        """What the engine's worker calls before a batch: on a GPU, compile every row count now (its CUDA graphs
+        are recorded over the step, and a compile would stall their recording); on a CPU nothing, each row count
+        compiling once its decoding pays for it."""
+        if self.graphs is not None:
+            self.compile_now()
 
-        Each bucket's graph holds its own copy of the step's weights (frozen into it, packed for its kernels), so
-        a bucket is compiled only while the memory left after its copy stays above ``KEPT_FREE`` of the machine's;
-        the rows of the buckets left out take transformers' forward. Called again (the engine does whenever its
-        worker goes from idle to busy), it compiles the buckets left out if the memory is there now: another
-        model released (a teacher after compiling) gives this one its graphs."""
-        if self.step is None or self.step.compiled is None or self.prepared:
+    def compile_now(self) -> None:
+        """Compile the step for every row count not compiled yet, now, on a small cache of zeros."""
+        for bucket in self.buckets:
+            self._compile(bucket)
+
+    def _compile(self, bucket: int) -> None:
+        """Compile the step for ``bucket`` rows, once: two cached positions of zeros, one step; recorded."""
+        if not self.compiles or bucket in self.compiled or bucket in self.failed:
             return
         from ragscale.programs.lm.kv import buffer_cache
 
-        began, before = time.perf_counter(), len(self._compiled)
+        began = time.perf_counter()
         device = self.model.device
-        copy = self.step.weight_bytes()
-        short = 0
-        with torch.inference_mode():
-            for rows in self.wanted[before:]:  # two cached positions of zeros, one step
-                free, total = memory()
-                if device.type == "cpu" and free - copy < KEPT_FREE * total:
-                    if rows != self._short:  # said once, not at every later call
-                        logger.warning(
-                            "the decode step is not compiled for %d or more rows: a graph's copy of the weights "
-                            "(%.1f GB) would leave %.1f of %.1f GB free; those rows take transformers' forward "
-                            "until there is room",
-                            rows, copy / 2**30, (free - copy) / 2**30, total / 2**30,
-                        )  # fmt: skip
-                    short = rows
-                    break
-                self.buckets, self.max_rows = [*self._compiled, rows], rows
-                try:
-                    cache = buffer_cache(self.model, rows, 4, filled=2)
-                    feed = torch.zeros((rows, 1), dtype=torch.long, device=device)
-                    mask = torch.ones((rows, 3), dtype=torch.long, device=device)
-                    self(feed, mask, torch.full((rows, 1), 2, device=device), cache)
-                except Exception:  # no graph for it, and none tried again: its rows take transformers' forward
-                    logger.exception("the decode step could not be compiled for %d rows", rows)
-                    short = 0
-                    break
-                self._compiled.append(rows)
-        self.buckets, self.max_rows = list(self._compiled), max(self._compiled, default=0)
-        self.prepared, self._short = not short, short
-        if self.graphs is not None:  # recorded over the warm-up's buffers, which are gone
-            self.graphs.clear()
-        if len(self._compiled) > before:
-            logger.info("compiled the decode step for %s rows in %.0f s", self._compiled, time.perf_counter() - began)
+        try:
+            with torch.inference_mode():
+                cache = buffer_cache(self.model, bucket, 4, filled=2)
+                keys = [layer._keys for layer in cache.layers]
+                values = [layer._values for layer in cache.layers]
+                mask = torch.zeros((bucket, 4), dtype=torch.bool, device=device)
+                mask[:, :3] = True
+                zeros = torch.zeros(bucket, dtype=torch.long, device=device)
+                self.step.step(zeros, zeros + 2, keys, values, torch.tensor([2], device=device), mask)
+        except Exception:  # no graph for it, and none tried again: its rows stay eager
+            logger.exception("the decode step could not be compiled for %d rows; they decode eagerly", bucket)
+            self.failed.add(bucket)
+            return
+        self.compiled.add(bucket)
+        self.compile_s[bucket] = seconds = time.perf_counter() - began
+        record_compile(self._key(bucket), seconds)
+        logger.info("compiled the decode step for %d rows in %.1f s", bucket, seconds)
+
+    def _key(self, bucket: int) -> str:
+        """What a compile's cost is recorded under: the model, its layout, the row count and torch's version."""
+        name = getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__
+        layout = getattr(self.model, "weight_layout", "dense")
+        return f"{name}|{layout}|{self.model.device.type}|{bucket} rows|torch {torch.__version__}"
+
+    def _pays(self, bucket: int, seconds: float) -> None:
+        """Count an eager step of ``seconds`` for ``bucket``; compile it once what it lost reaches the compile's
+        expected cost."""
+        self.lost[bucket] += SAVES * seconds
+        if self.lost[bucket] >= recorded_compile_s(self._key(bucket)):
+            self._compile(bucket)
 
     def __call__(self, feed: Any, mask: Any, positions: Any, cache: Any) -> torch.Tensor:
         rows = feed.shape[0]
@@ -146,32 +165,35 @@ class Decoder:
         if length >= first.capacity:
             raise RuntimeError(f"a KV buffer of {first.capacity} positions cannot hold {length + 1}")
         bucket = next(b for b in self.buckets if b >= rows)
-        if bucket > first.rows + first.spare_rows:
-            if self.step.compiled is not None:  # no spare rows to pad into, and no graph (nor weights) for more
-                return self.forward(feed, mask, positions, cache)
-            bucket = rows
-        tokens, where = feed[:, 0], positions[:, 0]
+        compiled = self.compiles and bucket in self.compiled and bucket <= first.rows + first.spare_rows
+        if not compiled and self.graphs is None:
+            bucket = rows  # the eager step runs any row count, no padding
         # the mask over the buffers' whole capacity; padding rows attend to their own new column only, so they
         # hold numbers, not NaN
         attend = torch.zeros((bucket, first.capacity), dtype=torch.bool, device=mask.device)
         attend[:rows, start : length + 1] = mask.bool()
         attend[rows:, length] = True
+        tokens, where = feed[:, 0], positions[:, 0]
         if bucket > rows:
             tokens = torch.cat([tokens, tokens.new_zeros(bucket - rows)])
             where = torch.cat([where, where.new_zeros(bucket - rows)])
         keys = [layer._keys for layer in cache.layers]
         values = [layer._values for layer in cache.layers]
         column = torch.tensor([length], device=mask.device)
+        began = time.perf_counter()
         try:
-            logits = (self.graphs or self.step.step)(tokens, where, keys, values, column, attend)[:rows]
+            run = self.graphs or (self.step.step if compiled else self.step)
+            logits = run(tokens, where, keys, values, column, attend)[:rows]
         except Exception:
-            if self.step.compiled is None:
+            if not compiled:
                 raise
             logger.exception("the compiled decode step failed; decoding with transformers' forward from now on")
             self.step = self.graphs = None
             return self.forward(feed, mask, positions, cache)
         for layer in cache.layers:
             layer.grow(length + 1)
+        if not compiled and self.compiles and self.graphs is None:
+            self._pays(next(b for b in self.buckets if b >= rows), time.perf_counter() - began)
         return logits
 
     def forward(self, feed: Any, mask: Any, positions: Any, cache: Any) -> torch.Tensor:
@@ -191,3 +213,37 @@ def model_logits(model: Any, ids: Any, mask: Any, positions: Any, cache: Any, ke
         logits_to_keep=keep,
     )
     return out.logits
+
+
+def _records() -> Path:
+    """``steps.json`` in inductor's cache directory: the compiles recorded go with the graphs they cached."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / "ragscale-steps.json"
+
+
+def recorded_compile_s(key: str) -> float:
+    """What the last compile recorded under ``key`` took (``FIRST_COMPILE_S`` where none is)."""
+    try:
+        return float(json.loads(_records().read_text(encoding="utf-8"))[key])
+    except (OSError, ValueError, KeyError, TypeError):
+        return FIRST_COMPILE_S
+
+
+def record_compile(key: str, seconds: float) -> None:
+    """Record what a compile under ``key`` took; a record that cannot be written is skipped (it is an estimate)."""
+    path = _records()
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        records = {}
+    if not isinstance(records, dict):
+        records = {}
+    records[key] = round(seconds, 2)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # another process may write it too
+        tmp.write_text(json.dumps(records, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        logger.warning("could not record the decode step's compile in %s: %s", path, exc)

@@ -156,6 +156,13 @@ def merge_layers(a: BufferLayer, b: BufferLayer, width: int, capacity: int, spar
     return merged
 
 
+def position_bytes(model: Any) -> int:
+    """The bytes of keys and values one position of one row takes in ``model``'s cache, every layer together."""
+    config = model.config
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * dim * model.dtype.itemsize
+
+
 def buffer_cache(model: Any, rows: int, capacity: int, *, filled: int = 0, spare_rows: int = 0, slack: int = 0) -> Any:
     """A ``DynamicCache`` of :class:`BufferLayer`s for ``model``: ``rows`` rows of ``capacity`` positions, the
     buffers allocated now (so that a forward pass writes into them), the first ``filled`` positions zeros."""

@@ -94,13 +94,17 @@ class PrefixCache:
 
     def insert(self, ids: list[int], layers: list[tuple[Any, Any]]) -> None:
         """Store ``ids`` with their per-layer keys/values (``(1, heads, len(ids), head size)``, copied: the caller
-        may overwrite them), sharing the nodes of any stored prompt it starts like; then evict to ``max_bytes``."""
+        may overwrite them), sharing the nodes of any stored prompt it starts like; then evict to ``max_bytes``.
+        A prompt whose own part is bigger than ``max_bytes`` is not stored (only the part it shares is touched)."""
         if len(ids) < self.min_tokens or self.max_bytes == 0:
             return
         node, n = self.root, 0
         while n < len(ids):
             child = node.children.get(ids[n])
             if child is None:
+                per_token = sum(k[:, :, :1].nbytes + v[:, :, :1].nbytes for k, v in layers)
+                if (len(ids) - n) * per_token > self.max_bytes:
+                    break  # it would only push out everything else and then itself
                 rest = [(k[:, :, n:].clone(), v[:, :, n:].clone()) for k, v in layers]
                 child = _Node(tuple(ids[n:]), rest, parent=node)
                 node.children[ids[n]] = child

@@ -54,8 +54,7 @@ class Fused(torch.nn.Module):
 
     For ``Int8Linear`` layers the int8 weights, scales and biases are concatenated; for torch's ``nn.Linear`` the
     weights and biases. Each original layer is then pointed at its slice of the fused tensors (a view), so the
-    layers keep working for prefill and the weights are held once. One layer is held as it is (no copy). The
-    tensors are buffers, so ``torch.compile``'s freezing takes them as constants.
+    layers keep working for prefill and the weights are held once. One layer is held as it is (no copy).
     """
 
     def __init__(self, layers: list[torch.nn.Module]) -> None:
@@ -147,11 +146,13 @@ class DecodeStep(torch.nn.Module):
     whole capacity, masked: its shapes then do not change from one step to the next. Returns the logits
     ``(rows, vocabulary)`` in float32.
 
-    ``compile=True`` runs it through ``torch.compile`` with freezing: the weights become constants. On a CPU
-    with max-autotune, so inductor can pick its own matrix-product kernels for them (its C++ template for int8
-    weights), one compiled graph per row count serving every buffer size (marked dynamic); on a GPU with
-    inductor's default kernels (``decoder.Decoder`` replays it as CUDA graphs; inductor's own, ``reduce-overhead``,
-    are skipped for a step that writes into its inputs, the KV buffers).
+    ``compile=True`` runs it through ``torch.compile``, the weights as the graph's inputs (no freezing: a frozen
+    graph holds its own packed copy of every weight, one per row count, where this one reads the model's). On a CPU
+    with max-autotune, so inductor picks its own matrix-product kernels (its C++ template for int8 weights), one
+    graph per row count serving every buffer size (marked dynamic); on a GPU with inductor's default kernels
+    (``decoder.Decoder`` replays it as CUDA graphs; inductor's own, ``reduce-overhead``, are skipped for a step
+    that writes into its inputs, the KV buffers). Inductor keeps what it compiled in its cache on disk, so another
+    process compiling the same step for the same row count and torch reads it back instead.
     """
 
     def __init__(self, model: Any, *, compile: bool = False) -> None:
@@ -174,8 +175,8 @@ class DecodeStep(torch.nn.Module):
         table = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", (table.cos() * rotary.attention_scaling).to(model.dtype), persistent=False)
         self.register_buffer("sin", (table.sin() * rotary.attention_scaling).to(model.dtype), persistent=False)
-        # each step's graphs (one per bucket) are its own, its weights being their constants: isolated, so that
-        # the engines of one process do not share the forward function's limit of graphs
+        # each step's graphs (one per bucket) are its own: isolated, so that the engines of one process do not
+        # share the forward function's limit of graphs
         isolated: dict[str, Any] = {"dynamic": False}
         if "isolate_recompiles" in inspect.signature(torch.compile).parameters:  # torch < 2.13 shares one limit
             isolated.update(isolate_recompiles=True, recompile_limit=2 * len(BUCKETS))
@@ -184,15 +185,6 @@ class DecodeStep(torch.nn.Module):
             self.compiled = torch.compile(self, **isolated)
         elif compile:
             self.compiled = torch.compile(self, options={"max_autotune": True}, **isolated)
-
-    def weight_bytes(self) -> int:
-        """The bytes of the tensors the step reads (each storage once): what one compiled graph copies."""
-        seen, total = set(), 0
-        for tensor in (*self.parameters(), *self.buffers()):
-            if tensor.untyped_storage().data_ptr() not in seen:
-                seen.add(tensor.untyped_storage().data_ptr())
-                total += tensor.untyped_storage().nbytes()
-        return total
 
     def step(self, tokens: Any, positions: Any, keys: list, values: list, column: Any, mask: Any) -> torch.Tensor:
         """The logits of one step (compiled where asked); buffer rows and capacity are marked dynamic."""
@@ -205,9 +197,8 @@ class DecodeStep(torch.nn.Module):
                 torch._dynamo.mark_dynamic(tensor, 0)
                 torch._dynamo.mark_dynamic(tensor, 2)
         torch._dynamo.mark_dynamic(mask, 1)
-        # read when a graph compiles (the compile's own options do not reach freezing); quiet autotuning
         quiet = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
-        with config.patch(freezing=True, **quiet):
+        with config.patch(**quiet):  # read when a graph compiles
             return self.compiled(tokens, positions, keys, values, column, mask)
 
     def forward(

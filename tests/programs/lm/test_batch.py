@@ -143,3 +143,54 @@ def test_the_prefix_cache_stays_within_its_bound_and_evicts_what_was_used_least_
     [last] = jobs_for([prompts[-1]], max_new=2)
     generate(small, [last])  # the most recent prompt is still held: only its last token is computed
     assert small.computed_tokens - computed == 1
+
+
+def test_a_long_prompt_is_prefilled_in_passes_of_at_most_prefill_tokens_with_the_same_answer(
+    engine, jobs_for, generate, monkeypatch
+):
+    """A pass's activations grow with its tokens: a prompt longer than ``prefill_tokens`` is computed in passes of
+    that many, each after the keys of the ones before, and decodes as it does from one pass."""
+    notes = "\n".join(f"Note {i}: the museum of Ann {i} is in {CITIES[i % 8]}." for i in range(24))
+    prompt = f"{notes}\n\n{city_question(5)}"
+    whole = Batcher(engine.model, engine.tokenizer, prefill_tokens=10**6)
+    expected = generate(whole, jobs_for([prompt]))
+    chunked = Batcher(engine.model, engine.tokenizer, prefill_tokens=64)
+    passes = []
+    forward = chunked._forward
+    monkeypatch.setattr(chunked, "_forward", lambda ids, *a, **k: passes.append(ids.shape[1]) or forward(ids, *a, **k))
+    [job] = jobs_for([prompt])
+    assert generate(chunked, [job]) == expected
+    assert "Lisbon" in expected[0]
+    prefill = passes[: -(len(job.tokens) + 1)] if len(passes) > len(job.tokens) else passes
+    assert sum(prefill) == len(job.ids) and max(prefill) == 64 and len(prefill) == -(-len(job.ids) // 64)
+
+
+def test_a_running_batchs_spare_rows_stay_within_their_bytes_and_a_request_still_joins(
+    engine, jobs_for, generate, monkeypatch
+):
+    """Spare rows are as long as the batch: at long context they are bounded in bytes, and a request that finds
+    none is copied into new buffers with the batch, both decoding as they would alone."""
+    import torch
+
+    from ragscale.programs.lm import batch as batch_module
+    from ragscale.programs.lm.kv import position_bytes
+
+    assert position_bytes(engine.model) == 2 * 30 * 3 * 64 * 4  # SmolLM2-135M: 30 layers, 3 key/value heads, fp32
+    notes = "\n".join(f"Note {i}: the museum of Ann {i} is in {CITIES[i % 8]}." for i in range(16))
+    prompts = [f"{notes}\n\n{city_question(1)}", city_question(2)]
+    alone = [generate(plain(engine), jobs_for([p], max_new=8))[0] for p in prompts]
+    batcher = plain(engine)
+    first, second = jobs_for(prompts, max_new=8)
+    row = position_bytes(engine.model) * (len(first.ids) + 8 + batch_module.ROOM + batch_module.SLACK)
+    for spare_bytes, spare_rows in ((2 * row + row // 2, 2), (0, 0)):
+        monkeypatch.setattr(batch_module, "SPARE_BYTES", spare_bytes)
+        with torch.inference_mode():
+            running = batcher.start(jobs_for(prompts[:1], max_new=8), running=True)
+        assert running.cache.layers[0].spare_rows == spare_rows  # not the seven up to the batch size
+    with torch.inference_mode():
+        running = batcher.step(batcher.start([first], running=True))
+        running = batcher.merge(running, batcher.start([second]))
+        while running is not None:
+            running = batcher.step(running)
+    assert batcher.joined == 1 and batcher.work["joins in place"] == 0  # copied in with the batch
+    assert [engine.tokenizer.decode(j.tokens) for j in (first, second)] == alone

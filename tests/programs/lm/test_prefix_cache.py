@@ -62,6 +62,15 @@ def test_past_its_bound_the_least_recently_used_leaves_are_evicted():
     assert cache.match([1, 1, 1, 0])[0] == 3 and cache.match([3, 3, 3, 0])[0] == 3
 
 
+def test_a_prompt_bigger_than_the_bound_is_not_stored_and_pushes_nothing_out():
+    per_prompt = sum(k.nbytes + v.nbytes for k, v in kv([0, 0, 0]))
+    cache = PrefixCache(2 * per_prompt, min_tokens=2)
+    cache.insert([1, 1, 1], kv([1, 1, 1]))
+    cache.insert([1, 1, 1, *range(10, 17)], kv([1, 1, 1, *range(10, 17)]))  # 7 tokens of its own: over the bound
+    assert len(cache) == 1 and cache.nbytes == per_prompt and cache.evicted == 0
+    assert cache.match([1, 1, 1, 10, 11])[0] == 3
+
+
 def test_a_prompt_shorter_than_min_tokens_is_neither_stored_nor_matched():
     cache = PrefixCache(1 << 20, min_tokens=4)
     cache.insert([1, 2, 3], kv([1, 2, 3]))

@@ -57,8 +57,8 @@ def test_static_step_gives_transformers_logits_and_writes_the_same_keys(model):
     torch.testing.assert_close(cache.layers[3].keys, hf_cache.layers[3].keys, rtol=1e-4, atol=1e-4)
 
 
-def test_a_padded_batch_gives_each_real_row_its_own_logits(model):
-    """3 rows run as the bucket of 4 (into a spare row of the buffers): the real rows' logits do not change."""
+def test_a_batch_of_three_rows_with_spare_rows_gives_each_row_its_own_logits(model):
+    """3 rows in buffers of 8 (a compiled step pads them to its bucket of 4, below): each row's own logits."""
     expected = reference_logits(model, 3)
     feed, mask, positions = step_inputs(3)
     cache = cache_with_prefix(model, 3, spare=5)
@@ -101,31 +101,65 @@ def test_a_model_of_another_architecture_is_refused_with_the_reason():
         DecodeStep(gpt2)
 
 
-def test_the_compiled_step_gives_the_static_steps_tokens(monkeypatch):
-    """Compiled with freezing (int8 weights as constants, inductor's own int8 kernel): the same greedy tokens and
-    logits within bfloat16's rounding, at one row and at three, both padded to the one bucket compiled (each bucket
-    is a compile of its own, the slowest part of this test; the engine's worker compiles 1, 2 and 4 rows alike)."""
-    from ragscale.programs.lm import decoder as ways
+@pytest.fixture
+def inductor_cache(tmp_path, monkeypatch):
+    """An empty inductor cache of this test's own (a compile here compiles; its record goes there too)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    return tmp_path / "inductor"
 
-    monkeypatch.setattr(ways, "memory", lambda: (2**40, 2**40))  # room for every bucket, whatever else runs here
+
+def test_the_compiled_step_gives_the_static_steps_tokens_and_a_second_compile_reads_the_cache(inductor_cache):
+    """Compiled (inductor's own int8 kernel, the weights read as the graph's inputs): the same greedy tokens and
+    logits within bfloat16's rounding, at one row and at three padded to the bucket of 4; another decoder of the same model compiling the same bucket reads inductor's cache."""
+    from torch._dynamo.utils import counters
+
+    from ragscale.programs.lm.decoder import recorded_compile_s
+
     model, _ = load_model("smollm2-135m", weights="int8")
     static, compiled = Decoder(model, "static"), Decoder(model, "compiled")
-    compiled.wanted = [4]
-    compiled.prepare()  # what an engine's worker does before its first batch
-    assert compiled.prepared
+    misses = counters["inductor"]["fxgraph_cache_miss"]
+    compiled._compile(4)
+    assert compiled.compiled == {4} and counters["inductor"]["fxgraph_cache_miss"] > misses
+    assert recorded_compile_s(compiled._key(4)) == round(compiled.compile_s[4], 2)
     for rows in (1, 3):
         feed, mask, positions = step_inputs(rows)
+        compiled.buckets = [4]  # 1 row too runs as the bucket compiled
         with torch.inference_mode():
             a = static(feed, mask, positions, cache_with_prefix(model, rows, spare=5))
             b = compiled(feed, mask, positions, cache_with_prefix(model, rows, spare=5))
         assert compiled.step is not None, "the compiled step failed and fell back to transformers' forward"
         assert torch.equal(a.argmax(-1), b.argmax(-1))
         torch.testing.assert_close(a, b, rtol=0.05, atol=0.5)
+    again = Decoder(model, "compiled")
+    misses, hits = counters["inductor"]["fxgraph_cache_miss"], counters["inductor"]["fxgraph_cache_hit"]
+    again._compile(4)
+    assert counters["inductor"]["fxgraph_cache_miss"] == misses and counters["inductor"]["fxgraph_cache_hit"] > hits
 
 
-def test_a_bucket_whose_warm_up_fails_is_left_to_transformers_forward_and_not_tried_again(monkeypatch, caplog):
-    import ragscale.programs.lm.kv as kv
+def test_a_row_count_compiles_once_its_eager_steps_have_lost_what_the_compile_costs(inductor_cache, monkeypatch):
+    """The ski rental: eager steps until half their time adds up to the recorded compile's cost, then the graph."""
     from ragscale.programs.lm import decoder as ways
+
+    model, _ = load_model("smollm2-135m", weights="int8")
+    decoder = Decoder(model, "compiled")
+    compiles = []
+    monkeypatch.setattr(decoder, "_compile", compiles.append)
+    monkeypatch.setattr(ways, "recorded_compile_s", lambda key: 10.0)
+    feed, mask, positions = step_inputs(1)
+    with torch.inference_mode():
+        logits = decoder(feed, mask, positions, cache_with_prefix(model, 1))
+    torch.testing.assert_close(logits, reference_logits(model, 1), rtol=0.05, atol=0.5)  # the eager int8 step
+    assert compiles == [] and 0 < decoder.lost[1] < 10  # half the step's time, short of the compile's 10 s
+    decoder.lost[1] = 9.9999
+    with torch.inference_mode():
+        decoder(feed, mask, positions, cache_with_prefix(model, 1))
+    assert compiles == [1]
+    monkeypatch.setattr(ways, "recorded_compile_s", lambda key: ways.FIRST_COMPILE_S)
+    assert ways.FIRST_COMPILE_S > 10  # a row count never compiled before costs a minute: a short run never pays
+
+
+def test_a_row_count_whose_compile_fails_stays_eager_and_is_not_tried_again(inductor_cache, monkeypatch, caplog):
+    import ragscale.programs.lm.kv as kv
 
     model, _ = load_model("smollm2-135m", weights="int8")
     decoder = Decoder(model, "compiled")
@@ -133,39 +167,36 @@ def test_a_bucket_whose_warm_up_fails_is_left_to_transformers_forward_and_not_tr
     def no_room(*args, **kwargs):
         raise MemoryError("no room for a KV buffer")
 
-    monkeypatch.setattr(kv, "buffer_cache", no_room)
-    monkeypatch.setattr(ways, "memory", lambda: (2**40, 2**40))  # room for the bucket, whatever else runs here
-    decoder.prepare()  # what the engine's worker does; it must not end the worker
-    assert decoder.buckets == [] and decoder.max_rows == 0 and decoder.prepared
-    assert "could not be compiled for 1 rows" in caplog.text
-
-
-def test_buckets_are_compiled_only_while_the_weights_copy_leaves_memory_free(monkeypatch, caplog):
-    """Each bucket's graph holds a copy of the step's weights: with no room for one, no bucket is compiled, the
-    reason is logged, and every step (no graph compiled at run time either) is transformers' forward."""
-    from ragscale.programs.lm import decoder as ways
-
-    model, _ = load_model("smollm2-135m", weights="int8")
-    decoder = Decoder(model, "compiled")
-    copy = decoder.step.weight_bytes()
-    assert copy >= sum(layer.qweight.numel() for layer in decoder.step.modules() if isinstance(layer, Fused))
-    monkeypatch.setattr(ways, "memory", lambda: (copy + 2**30, 8 * 2**30))  # a copy would leave 1 of 8 GB
-    decoder.prepare()
-    assert decoder.buckets == [] and decoder.max_rows == 0
-    assert "not compiled for 1 or more rows" in caplog.text
+    with monkeypatch.context() as patched:
+        patched.setattr(kv, "buffer_cache", no_room)
+        decoder.compile_now()  # must not raise
+    assert decoder.compiled == set() and decoder.failed == {1, 2, 4}
+    assert "could not be compiled for 1 rows; they decode eagerly" in caplog.text
+    decoder._compile(1)  # not tried again
+    assert decoder.compiled == set()
     feed, mask, positions = step_inputs(2)
     with torch.inference_mode():
         logits = decoder(feed, mask, positions, cache_with_prefix(model, 2))
-    torch.testing.assert_close(logits, reference_logits(model, 2))
-    assert not decoder.prepared
-    caplog.clear()
-    room = iter([(copy + 8 * 2**30, 16 * 2**30)])  # another model released: room for one more copy, then none
-    monkeypatch.setattr(ways, "memory", lambda: next(room, (copy + 2**30, 8 * 2**30)))
-    decoder.prepare()  # what the engine's worker does whenever it goes from idle to busy
-    assert decoder.buckets == [1] and decoder.max_rows == 1 and not decoder.prepared
-    assert "not compiled for 2 or more rows" in caplog.text
+    torch.testing.assert_close(logits, reference_logits(model, 2), rtol=0.05, atol=0.5)
 
 
 def test_cuda_graphs_are_refused_on_a_cpu(model):
     with pytest.raises(ValueError, match="CUDA graphs replay on a GPU; this model is on cpu"):
         Decoder(model, "static", graphs=True)
+
+
+def test_a_short_run_answers_without_compiling_anything(inductor_cache):
+    """Two questions through an engine whose way is ``compiled``: their steps run eagerly, no graph compiles (a
+    short run never repays a compile), and the next run of the same questions compiles nothing either."""
+    from torch._dynamo.utils import counters
+
+    from ragscale.programs.lm import chat, load_lm, release_lm
+
+    before = dict(counters["inductor"])
+    for _ in range(2):
+        lm = load_lm("smollm2-135m", max_tokens=12, cache=False, weights="int8", decode="compiled")
+        answers = [chat(lm, [{"role": "user", "content": f"What is {n} plus {n}?"}]) for n in (2, 3)]
+        decoder = lm.engine.batcher.decoder
+        assert all(answers) and decoder.way == "compiled" and decoder.compiled == set() and decoder.lost[1] > 0
+        release_lm(lm)
+    assert dict(counters["inductor"]) == before
