@@ -6,12 +6,13 @@
 
 For each model and prompt length, in a process of its own (so that its peak resident memory is its own): the model
 loaded as a run loads it (weights ``auto``), one prompt of random token ids prefilled as the engine prefills a
-prompt that starts a batch (in passes of ``--chunks`` tokens, ``batch.PREFILL_TOKENS`` by default), then 32
+prompt that starts a batch (in passes of ``--chunks`` tokens, ``batch.CHUNK_TOKENS`` by default), then 32
 one-row decode steps after it with the compiled step (what a long run decodes with). Beside it, where
 ``$LLAMA_BENCH`` names a ``llama-bench`` binary, llama.cpp on the model's GGUF file with flash attention and the
-same threads: ``-fa 1 -p N -n 0`` for prefill and ``-fa 1 -p 0 -n 32 -d N`` for decoding after N tokens of
+same threads: ``-fa on -p N -n 0`` for prefill and ``-fa on -p 0 -n 32 -d N`` for decoding after N tokens of
 context. Peak memory is each process's own (``wait4``), set beside the bound of ``docs/engine.md``: twice the
-weights as loaded plus the KV cache's bytes at the prompt's length.
+weights as loaded plus the KV cache's bytes at the prompt's length; the JSON also keeps the peak while loading and
+the peak of the prefill and decoding alone (``VmHWM``, reset after loading).
 
 Every cell is written to the JSON as it ends, and a rerun skips the cells it holds (on another CPU it starts
 afresh). Several ``--chunks`` measure the prefill's pass size.
@@ -43,9 +44,10 @@ def cell(model_name: str, tokens: int, chunk: int) -> dict:
 
     prepare_process()
     model, tokenizer = load_model(model_name)
-    batcher = Batcher(model, tokenizer, prefill_tokens=chunk)
-    batcher.decoder.compile_now()
+    batcher = Batcher(model, tokenizer, chunk_tokens=chunk)
+    batcher.decoder.compile_now(rows=1)
     ids = torch.randint(100, 30_000, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    loaded_gb = high_water_gb(reset=True)  # from here on, the peak of prefill and decoding alone
     with torch.inference_mode():
         batcher.start([Job(ids[:256], 1, 0.0, None, ())], running=True)  # untimed: first-pass costs
         began = time.perf_counter()
@@ -68,9 +70,21 @@ def cell(model_name: str, tokens: int, chunk: int) -> dict:
         "threads": torch.get_num_threads(),
         "prefill_tok_s": round(tokens / prefill_s, 1),
         "decode_tok_s": round(1 / steps[len(steps) // 2], 1),
+        "loaded_peak_gb": round(loaded_gb, 2),
+        "prefill_peak_gb": round(high_water_gb(), 2),
         "weights_gb": round(weight_bytes(model) / 1e9, 3),
         "kv_gb": round(position_bytes(model) * (tokens + DECODE_STEPS) / 1e9, 3),
     }
+
+
+def high_water_gb(reset: bool = False) -> float:
+    """This process's peak resident memory so far in GB (``VmHWM``); ``reset``: then start it again from the
+    memory resident now (``/proc/self/clear_refs``)."""
+    peak = next(line for line in open("/proc/self/status", encoding="ascii") if line.startswith("VmHWM"))
+    if reset:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+            refs.write("5")
+    return int(peak.split()[1]) * 1024 / 1e9
 
 
 def in_process(command: list[str]) -> tuple[str, float]:
@@ -89,7 +103,7 @@ def llama_cells(binary: str, model_name: str, tokens: int, threads: int) -> dict
     from ragscale.programs.lm.models import resolve
 
     gguf = str(resolve(model_name))
-    common = [binary, "-m", gguf, "-t", str(threads), "-fa", "1", "-o", "json", "-r", "1"]
+    common = [binary, "-m", gguf, "-t", str(threads), "-fa", "on", "-o", "json", "-r", "1"]
     out, prefill_gb = in_process([*common, "-p", str(tokens), "-n", "0"])
     prefill = json.loads(out)[0]["avg_ts"]
     out, decode_gb = in_process([*common, "-p", "0", "-n", str(DECODE_STEPS), "-d", str(tokens)])
@@ -100,27 +114,6 @@ def llama_cells(binary: str, model_name: str, tokens: int, threads: int) -> dict
         "decode_tok_s": round(decode, 1),
         "peak_rss_gb": round(max(prefill_gb, decode_gb), 2),
     }
-
-
-def table(rows: list[dict]) -> str:
-    lines = [
-        "| model | prompt tokens | prefill tok/s (vs llama.cpp) | decode tok/s after it (vs llama.cpp) "
-        "| peak RSS GB (bound) | llama.cpp peak RSS GB |",
-        "|---|--:|--:|--:|--:|--:|",
-    ]
-    for r in rows:
-        llama = r.get("llama_cpp") or {}
-
-        def versus(key: str, r: dict = r, llama: dict = llama) -> str:
-            ours = r[key]
-            return f"{ours:,.1f} ({ours / llama[key]:.2f}x)" if llama else f"{ours:,.1f}"
-
-        bound = 2 * r["weights_gb"] + r["kv_gb"]
-        lines.append(
-            f"| {r['model']} | {r['tokens']:,} | {versus('prefill_tok_s')} | {versus('decode_tok_s')} "
-            f"| {r['peak_rss_gb']:.2f} ({bound:.2f}) | {llama.get('peak_rss_gb', '')} |"
-        )
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -137,13 +130,14 @@ def main() -> None:
         return
 
     from ragscale.experiments.files import write_json
-    from ragscale.programs.lm.batch import PREFILL_TOKENS
+    from ragscale.programs.lm.batch import CHUNK_TOKENS
     from ragscale.programs.lm.layouts import cpu_flags, cpu_model
+    from ragscale.published.engine import table
 
     binary = os.environ.get("LLAMA_BENCH")
     if binary and not Path(binary).is_file():
         parser.error(f"$LLAMA_BENCH {binary!r} is not a file")
-    chunks = [int(c) for c in args.chunks.split(",")] if args.chunks else [PREFILL_TOKENS]
+    chunks = [int(c) for c in args.chunks.split(",")] if args.chunks else [CHUNK_TOKENS]
     machine = {
         "cpu": cpu_model(),
         "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"}),

@@ -22,6 +22,8 @@ records. ``value`` writes the text of one; the kinds:
   committed answer (``documents.directive``);
 - ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);
 - ``rule``: the rule by which a family's differences are called real (``family.RULE``);
+- ``engine FILE PART``: the engine's table against llama.cpp kept as ``FILE`` (``benchmarks/engine_table.py``),
+  or the date and machine it was made on (``PART`` ``table`` or ``made``; ``engine.directive``);
 - ``plan FILE``: the summary line of a sweep's plan (``ragscale sweep --plan-only``) kept as ``FILE``: its
   configurations and estimated minutes of LM time;
 - ``paper DATASET METHOD``: the accuracy Yue et al. 2024 report for a method's best configuration on a dataset
@@ -154,6 +156,18 @@ def _plan(kind: str, args: list[str]) -> str:
     return found[0]
 
 
+def _engine(kind: str, args: list[str]) -> str:
+    from ragscale.published.engine import directive as engine_directive
+
+    path = RESULTS / args[0]
+    if not path.is_file():
+        raise DirectiveError(f"no engine table {args[0]!r} under {RESULTS}")
+    try:
+        return engine_directive(path, args[1])
+    except ValueError as exc:
+        raise DirectiveError(str(exc)) from None
+
+
 def _paper(kind: str, args: list[str]) -> str:
     reported = json.loads(PAPER.read_text(encoding="utf-8"))["acc"]
     if args[0] not in reported or args[1] not in reported[args[0]]:
@@ -185,6 +199,7 @@ ANYWHERE: dict[str, tuple[int | None, Callable[[str, list[str]], str]]] = {
     "paper": (2, _paper),
     "claims": (None, _claims),
     "documents": (None, _documents),
+    "engine": (2, _engine),
 }
 """The directives that name no published folder, or check it themselves: kind -> (their number of arguments, None
 for any, and what writes their text)."""

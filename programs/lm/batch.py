@@ -43,12 +43,11 @@ SPARE_BYTES = 256 << 20
 """The most bytes a running batch's spare rows take: each is as long as the batch, so at long context they would
 be gigabytes for requests that may never come; a request that finds no spare row is copied in (``merge``)."""
 CHUNK_TOKENS = 512
-"""While a batch is decoding, a new prompt is prefilled in passes of at most this many tokens, and the decoding
-batch steps between two of them (``Batcher.start``'s ``between``)."""
-PREFILL_TOKENS = 2048
-"""Otherwise a prompt is prefilled in passes of at most this many tokens: the activations of a pass grow with its
-tokens (the MLP's by 4 to 6 times the hidden size each), so a long prompt in one pass would hold gigabytes of them;
-a pass of this many tokens runs its matrix products as fast as a longer one (``docs/engine.md``)."""
+"""A prompt is prefilled in passes of at most this many tokens, each after the keys of the ones before. A pass's
+activations grow with its tokens (the MLP's by 4 to 6 times the hidden size each), so a long prompt in one pass
+holds gigabytes of them; and measured, passes of 512 to 2,048 tokens prefill a 16k prompt at the same speed, one
+pass at two thirds of it (``docs/engine.md``). While a batch is decoding it steps between two passes
+(``Batcher.start``'s ``between``)."""
 
 
 @dataclass(eq=False)
@@ -113,12 +112,11 @@ class Batcher:
         tok_lock: threading.Lock | None = None,
         decode: str = "auto",
         chunk_tokens: int = CHUNK_TOKENS,
-        prefill_tokens: int = PREFILL_TOKENS,
     ) -> None:
         from ragscale.programs.lm.decoder import Decoder
 
         self.model, self.tokenizer = model, tokenizer
-        self.decoder, self.chunk_tokens, self.prefill_tokens = Decoder(model, decode), chunk_tokens, prefill_tokens
+        self.decoder, self.chunk_tokens = Decoder(model, decode), chunk_tokens
         self.max_batch_size, self.prefixes = max_batch_size, prefixes
         self._tok_lock = threading.Lock() if tok_lock is None else tok_lock
         self._eos = _eos_ids(model, tokenizer)
@@ -153,14 +151,14 @@ class Batcher:
             tail = self.tokenizer.decode(job.tokens[job.text_start :][-tail_len:], skip_special_tokens=True)
         return any(s and s in tail for s in job.stops)
 
-    def _prefill(self, jobs: list[Job], running: bool = False, chunk: int | None = None) -> Any:
+    def _prefill(self, jobs: list[Job], running: bool = False) -> Any:
         """Prefill each row in its own forward passes after its longest cached prefix, into one batch's buffers.
 
-        A generator: it yields after every row and after every pass of at most ``chunk`` tokens (None:
-        ``prefill_tokens``), so its caller can do other work between them (:meth:`start`), and returns the batch:
-        (logits of each row's last position, KV cache, attention mask, next position ids). Rows are right-aligned (left
-        padding, masked out and zeroed). The cache of a ``running`` batch (one that decodes and that later
-        requests join) has room for them: spare rows, slack columns and ``ROOM`` more positions.
+        A generator: it yields after every row and after every pass of at most ``chunk_tokens``, so its caller
+        can do other work between them (:meth:`start`), and returns the batch: (logits of each row's last position,
+        KV cache, attention mask, next position ids). Rows are right-aligned (left padding, masked out and zeroed).
+        The cache of a ``running`` batch (one that decodes and that later requests join) has room for them: spare
+        rows (within ``SPARE_BYTES``), slack columns and ``ROOM`` more positions.
         """
         import torch
         from transformers import DynamicCache
@@ -182,7 +180,7 @@ class Batcher:
                 view.update(k, v)  # the cached prefix's keys/values, copied into this row
             part = DynamicCache(config=self.model.config)
             part.layers = views
-            step = chunk or self.prefill_tokens
+            step = self.chunk_tokens
             for a in range(n, len(job.ids), step):
                 b = min(a + step, len(job.ids))
                 ids = torch.tensor([job.ids[a:b]], device=device)
@@ -206,7 +204,7 @@ class Batcher:
         return torch.cat(logits)[:, -1:, :], cache, mask, next_pos
 
     def _prefilled(self, jobs: list[Job], running: bool = False) -> tuple[Any, Any, Any, Any]:
-        """:meth:`_prefill` run to its end, one pass per row."""
+        """:meth:`_prefill` run to its end."""
         return _drain(self._prefill(jobs, running))
 
     def _spare_rows(self, rows: int, capacity: int) -> int:
@@ -281,11 +279,11 @@ class Batcher:
     def start(self, jobs: list[Job], running: bool = False, between: Any = None) -> Running:
         """A new batch of ``jobs``, prefilled; a ``running`` one (that later jobs join) has room for them.
 
-        With ``between`` (a function of no arguments: the engine's step of the batch that is decoding), each
-        prompt is prefilled in chunks of ``chunk_tokens`` and ``between`` runs after each chunk and each row, so
-        rows that are decoding keep stepping while a long prompt is prefilled; its time is not counted as prefill.
+        Each prompt is prefilled in passes of ``chunk_tokens``. With ``between`` (a function of no arguments: the
+        engine's step of the batch that is decoding), ``between`` runs after each pass and each row, so rows that
+        are decoding keep stepping while a long prompt is prefilled; its time is not counted as prefill.
         """
-        passes = self._prefill(jobs, running=running, chunk=self.chunk_tokens if between else None)
+        passes = self._prefill(jobs, running=running)
         while True:
             began = time.perf_counter()
             try:

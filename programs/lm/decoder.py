@@ -112,9 +112,9 @@ class Decoder:
         if self.graphs is not None:
             self.compile_now()
 
-    def compile_now(self) -> None:
-        """Compile the step for every row count not compiled yet, now, on a small cache of zeros."""
-        for bucket in self.buckets:
+    def compile_now(self, rows: int | None = None) -> None:
+        """Compile the step now for the row count ``rows`` runs as (None: every one not compiled yet)."""
+        for bucket in self.buckets if rows is None else [next(b for b in self.buckets if b >= rows)]:
             self._compile(bucket)
 
     def _compile(self, bucket: int) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, dequantize
 from gguf.quants import quant_shape_to_byte_shape
 
+from ragscale.process import trim_heap
 from ragscale.programs.lm.gguf_header import GGUFTensor, read_header
 
 _NAME_MAP_LOCK = threading.Lock()
@@ -82,6 +83,7 @@ def load_gguf(path: Path, dtype: Any, config_fields: dict[str, Any] | None = Non
             target.copy_(source)
             filled.add(target.data_ptr())
             del raw, result, source
+            trim_heap()  # the dequantised temporaries are freed into the heap in holes it would otherwise keep
     del targets
     model.tie_weights()
     missing = [name for name, p in model.named_parameters(remove_duplicate=False) if p.data_ptr() not in filled]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from ragscale.process import trim_heap
+
 
 class PackedLinear(torch.nn.Module):
     """``nn.Linear``'s forward on a weight packed for oneDNN (inference only: there is no backward)."""
@@ -47,15 +49,20 @@ def replace_linears(model: torch.nn.Module, make) -> int:
             f"{model.device} (oneDNN available: {torch.backends.mkldnn.is_available()})"
         )
     # (parent, name) pairs, not the layers: each replaced layer's weights are freed before the next is made, so
-    # the model never holds two full copies of its weights
-    places = [
-        (parent, name)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-        if type(child) is torch.nn.Linear
-    ]
+    # the model never holds two full copies of its weights; the largest last (an output head is a quarter of a
+    # small model), when the others' float32 weights are gone and its new copies fit in their place
+    places = sorted(
+        (
+            (parent, name)
+            for parent in model.modules()
+            for name, child in parent.named_children()
+            if type(child) is torch.nn.Linear
+        ),
+        key=lambda place: getattr(*place).weight.numel(),
+    )
     for parent, name in places:
         setattr(parent, name, make(getattr(parent, name)))
+        trim_heap()  # the freed weight's pages go back now, before the next layer's are made
     return len(places)
 
 

@@ -145,16 +145,16 @@ def test_the_prefix_cache_stays_within_its_bound_and_evicts_what_was_used_least_
     assert small.computed_tokens - computed == 1
 
 
-def test_a_long_prompt_is_prefilled_in_passes_of_at_most_prefill_tokens_with_the_same_answer(
+def test_a_long_prompt_is_prefilled_in_passes_of_at_most_chunk_tokens_with_the_same_answer(
     engine, jobs_for, generate, monkeypatch
 ):
-    """A pass's activations grow with its tokens: a prompt longer than ``prefill_tokens`` is computed in passes of
+    """A pass's activations grow with its tokens: a prompt longer than ``chunk_tokens`` is computed in passes of
     that many, each after the keys of the ones before, and decodes as it does from one pass."""
     notes = "\n".join(f"Note {i}: the museum of Ann {i} is in {CITIES[i % 8]}." for i in range(24))
     prompt = f"{notes}\n\n{city_question(5)}"
-    whole = Batcher(engine.model, engine.tokenizer, prefill_tokens=10**6)
+    whole = Batcher(engine.model, engine.tokenizer, chunk_tokens=10**6)
     expected = generate(whole, jobs_for([prompt]))
-    chunked = Batcher(engine.model, engine.tokenizer, prefill_tokens=64)
+    chunked = Batcher(engine.model, engine.tokenizer, chunk_tokens=64)
     passes = []
     forward = chunked._forward
     monkeypatch.setattr(chunked, "_forward", lambda ids, *a, **k: passes.append(ids.shape[1]) or forward(ids, *a, **k))

@@ -110,7 +110,8 @@ def inductor_cache(tmp_path, monkeypatch):
 
 def test_the_compiled_step_gives_the_static_steps_tokens_and_a_second_compile_reads_the_cache(inductor_cache):
     """Compiled (inductor's own int8 kernel, the weights read as the graph's inputs): the same greedy tokens and
-    logits within bfloat16's rounding, at one row and at three padded to the bucket of 4; another decoder of the same model compiling the same bucket reads inductor's cache."""
+    logits within bfloat16's rounding, at one row and at three padded to the bucket of 4; another decoder of the
+    same model compiling the same bucket reads inductor's cache."""
     from torch._dynamo.utils import counters
 
     from ragscale.programs.lm.decoder import recorded_compile_s
