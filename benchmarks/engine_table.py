@@ -1,18 +1,18 @@
 """The engine against llama.cpp at the paper's context lengths: prefill, one-row decode after it, peak memory.
 
     LLAMA_BENCH=/path/to/llama-bench python benchmarks/engine_table.py
-        [--models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b] [--tokens 512,4096,16384,32768] [--chunks 2048]
+        [--models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b] [--tokens 512,4096,16384,32768] [--chunks 512]
         [--json benchmarks/results/engine-table.json]
 
 For each model and prompt length, in a process of its own (so that its peak resident memory is its own): the model
-loaded as a run loads it (weights ``auto``), one prompt of random token ids prefilled as the engine prefills a
-prompt that starts a batch (in passes of ``--chunks`` tokens, ``batch.CHUNK_TOKENS`` by default), then 32
-one-row decode steps after it with the compiled step (what a long run decodes with). Beside it, where
-``$LLAMA_BENCH`` names a ``llama-bench`` binary, llama.cpp on the model's GGUF file with flash attention and the
-same threads: ``-fa on -p N -n 0`` for prefill and ``-fa on -p 0 -n 32 -d N`` for decoding after N tokens of
-context. Peak memory is each process's own (``wait4``), set beside the bound of ``docs/engine.md``: twice the
-weights as loaded plus the KV cache's bytes at the prompt's length; the JSON also keeps the peak while loading and
-the peak of the prefill and decoding alone (``VmHWM``, reset after loading).
+loaded as a run loads it (weights ``auto``), one prompt of random token ids (at most the context window less the
+decoded tokens) prefilled as the engine prefills any prompt (in passes of ``--chunks`` tokens,
+``batch.CHUNK_TOKENS`` by default), then 32 one-row decode steps after it with the compiled step (what a long run
+decodes with). Beside it, where ``$LLAMA_BENCH`` names a ``llama-bench`` binary, llama.cpp on the model's GGUF
+file with flash attention and the same threads: ``-fa on -p N -n 0`` for prefill and ``-fa on -p 0 -n 32 -d N``
+for decoding after N tokens of context. Peak memory is each process's own (``wait4``), set beside the bound of
+``docs/engine.md``: twice the weights as loaded plus the KV cache's bytes at the prompt's length; the JSON also
+keeps the peak while loading and the peak of the prefill and decoding alone (``VmHWM``, reset after loading).
 
 Every cell is written to the JSON as it ends, and a rerun skips the cells it holds (on another CPU it starts
 afresh). Several ``--chunks`` measure the prefill's pass size.
@@ -55,7 +55,7 @@ def cell(model_name: str, tokens: int, chunk: int) -> dict:
         prefill_s = time.perf_counter() - began
         mask, positions, cache = running.mask, running.next_pos, running.cache
         logits, steps = running.logits, []
-        for _ in range(DECODE_STEPS + 2):
+        for _ in range(DECODE_STEPS):  # its positions all within the context window
             began = time.perf_counter()
             mask = torch.cat([mask, mask.new_ones((1, 1))], dim=-1)
             feed = logits.argmax(-1)[:, None]
@@ -63,7 +63,7 @@ def cell(model_name: str, tokens: int, chunk: int) -> dict:
             logits = batcher.decoder(feed, mask, positions, cache)
             positions = positions + 1
             steps.append(time.perf_counter() - began)
-    steps = sorted(steps[2:])
+    steps = sorted(steps[2:])  # the first two untimed: a first step's one-time costs
     return {
         "weights": model.weight_layout,
         "decode": batcher.decoder.way,
@@ -75,6 +75,14 @@ def cell(model_name: str, tokens: int, chunk: int) -> dict:
         "weights_gb": round(weight_bytes(model) / 1e9, 3),
         "kv_gb": round(position_bytes(model) * (tokens + DECODE_STEPS) / 1e9, 3),
     }
+
+
+def context_window(model_name: str) -> int:
+    """The model's context window, from its config (the engine refuses a prompt and its output past it)."""
+    from ragscale.programs.lm.gguf_metadata import gguf_metadata
+    from ragscale.programs.lm.models import cache_dir, resolve
+
+    return int(gguf_metadata(resolve(model_name), cache_dir())[1]["max_position_embeddings"])
 
 
 def high_water_gb(reset: bool = False) -> float:
@@ -150,6 +158,7 @@ def main() -> None:
     for name in args.models.split(","):
         for tokens in (int(t) for t in args.tokens.split(",")):
             for chunk in chunks:
+                tokens = min(tokens, context_window(name) - DECODE_STEPS - 1)  # the decoded tokens fit too
                 key = {"model": name, "tokens": tokens, "chunk_tokens": chunk}
                 if any(all(r[k] == v for k, v in key.items()) for r in rows):
                     continue

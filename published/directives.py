@@ -50,6 +50,7 @@ from ragscale.experiments import family
 from ragscale.experiments.paired import format_ci
 from ragscale.published import core_claims
 from ragscale.published.documents import directive
+from ragscale.published.engine import directive as engine_directive
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -157,15 +158,14 @@ def _plan(kind: str, args: list[str]) -> str:
 
 
 def _engine(kind: str, args: list[str]) -> str:
-    from ragscale.published.engine import directive as engine_directive
-
     path = RESULTS / args[0]
     if not path.is_file():
         raise DirectiveError(f"no engine table {args[0]!r} under {RESULTS}")
     try:
-        return engine_directive(path, args[1])
+        text = engine_directive(path, args[1])
     except ValueError as exc:
         raise DirectiveError(str(exc)) from None
+    return _block(text) if args[1] == "table" else text
 
 
 def _paper(kind: str, args: list[str]) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from ragscale.published.directives import DirectiveError, value
 
-PAGES = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md", "docs/documents.md")
+PAGES = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md", "docs/documents.md", "docs/engine.md")
 """The pages whose directives ``benchmarks/pages.py`` renders and ``tests/published/test_pages.py`` checks."""
 WRITTEN = ("README.md", "docs/results.md", "docs/methods.md", "docs/scaling.md", "docs/documents.md")
 """The pages on which every result-shaped number is a directive's."""
