@@ -244,25 +244,25 @@ def behaviour_means(records: Sequence[Mapping]) -> dict[str, float]:
     for record in records:
         for name, value in (record.get("behaviour") or {}).items():
             values.setdefault(name, []).append(float(value))
-    return {name: round(_mean(column), 4) for name, column in values.items()}
+    return {name: _mean(column) for name, column in values.items()}
 
 
 def record_scores(records: Sequence[Mapping]) -> dict[str, Any]:
-    """What a run's per-question records alone give of its summary, rounded as the summary rounds it: n, failed,
-    em, f1, acc and retrieval_recall (percent), lm_calls_per_question, ``EFFECTIVE_CONTEXT``,
-    output_tokens_per_question and behaviour. A committed copy of the records gives the same numbers again
+    """What a run's per-question records alone give of its summary: n, failed, em, f1, acc and retrieval_recall
+    (percent), lm_calls_per_question, ``EFFECTIVE_CONTEXT``, output_tokens_per_question and behaviour, unrounded:
+    a page rounds once, as it shows them. A committed copy of the records gives the same numbers again
     (``ragscale.published.runs``)."""
     recalls = [r["retrieval_recall"] for r in records if r["retrieval_recall"] is not None]
     return {
         "n": len(records),
         "failed": sum(r["error"] is not None for r in records),
-        "em": round(100 * _mean([r["em"] for r in records]), 2),
-        "f1": round(100 * _mean([r["f1"] for r in records]), 2),
-        "acc": round(100 * _mean([r["acc"] for r in records]), 2),
-        "retrieval_recall": round(100 * _mean(recalls), 2) if recalls else None,
-        "lm_calls_per_question": round(_mean([r["lm_calls"] for r in records]), 3),
-        EFFECTIVE_CONTEXT: round(_mean([r["input_tokens"] for r in records]), 1),
-        "output_tokens_per_question": round(_mean([r["output_tokens"] for r in records]), 1),
+        "em": 100 * _mean([r["em"] for r in records]),
+        "f1": 100 * _mean([r["f1"] for r in records]),
+        "acc": 100 * _mean([r["acc"] for r in records]),
+        "retrieval_recall": 100 * _mean(recalls) if recalls else None,
+        "lm_calls_per_question": _mean([r["lm_calls"] for r in records]),
+        EFFECTIVE_CONTEXT: _mean([r["input_tokens"] for r in records]),
+        "output_tokens_per_question": _mean([r["output_tokens"] for r in records]),
         "behaviour": behaviour_means(records),
     }
 

@@ -2,12 +2,12 @@
 call a difference real by chance.
 
 A family is one table's comparisons of its primary metric, named in advance: EM (F1 and Acc are shown beside it and
-never decide). Each comparison's p-value is the paired bootstrap's (``paired.paired_bootstrap``: the share of
-resampled mean differences on the far side of 0, doubled, a small one read from enough draws to resolve it below
-``ALPHA`` / m), and the family's are adjusted by Holm's step-down rule (Holm 1979), which bounds the chance of any
-false claim in the family at ``ALPHA`` whatever the dependence between comparisons; ``benjamini_hochberg`` (1995)
-bounds the expected share of false claims instead, for a family read as a screen. A difference is called real when
-its adjusted p is below ``ALPHA``.
+never decide). Each comparison's p-value is exact and reads no seed (``paired.sign_flip_p``: McNemar's exact test
+on the questions the two runs answer differently), and the family's are adjusted by Holm's step-down rule (Holm
+1979), which bounds the chance of any false claim in the family at ``ALPHA`` whatever the dependence between
+comparisons; ``benjamini_hochberg`` (1995) bounds the expected share of false claims instead, for a family read as a
+screen. A difference is called real when its adjusted p is below ``ALPHA``, and ``verdict`` turns that into held,
+not held or not shown.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 ALPHA = 0.05
 PRIMARY = "em"
 """The metric whose comparisons make a family and decide its verdicts."""
-RULE = f"Holm-adjusted within the table, primary metric {PRIMARY.upper()}, alpha {ALPHA}"
+RULE = f"McNemar's exact test, Holm-adjusted within the table, primary metric {PRIMARY.upper()}, alpha {ALPHA}"
 """How a page says which rule its verdicts follow."""
 
 
@@ -57,13 +57,10 @@ def adjust(cis: Sequence[Any], rule=holm) -> list[Any]:
     return out
 
 
-def direction(ci: Any) -> int:
-    """+1 or -1 when a difference (a ``paired.BootstrapCI``) is called real (``is_real``) upward or downward, 0 when
-    it is not, or is unknown (None)."""
-    if ci is None or not ci.is_real():
-        return 0
-    return 1 if ci.diff > 0 else -1
-
-
-VERDICTS = {1: "held", -1: "not held", 0: "not shown"}
-"""A claim's verdict by the ``direction`` of its deciding difference, the claim being that it is positive."""
+def verdict(ci: Any, claimed: int = 1) -> str:
+    """The one rule every star and claim of ragscale goes through: a difference (a ``paired.BootstrapCI``) that is
+    called real (its exact p, adjusted within its family, below ``ALPHA``) is ``held`` in the ``claimed`` direction
+    (+1: positive) and ``not held`` against it; one not called real, or unknown (None), is ``not shown``."""
+    if ci is None or not ci.is_real() or ci.diff == 0:
+        return "not shown"
+    return "held" if (ci.diff > 0) == (claimed > 0) else "not held"

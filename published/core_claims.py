@@ -9,9 +9,10 @@ Each claim is one paired comparison of two runs of a table (``runs.py``), named 
 - what retrieval misses costs: the gold paragraphs among RAG's k (``oracle-distractors``) - RAG;
 - distractors hurt the reader: the gold paragraphs alone - among RAG's k.
 
-Every comparison of every table given is one family (``family``): the paired bootstrap p-values on per-question EM
-are adjusted together by Holm's rule, and a claim is ``held`` on a table when its difference is real in the claim's
-direction, ``not held`` when real against it, ``not shown`` otherwise; F1 and Acc decide nothing. A table that lacks
+Every comparison of every table given is one family (``family``): the exact p-values on per-question EM
+(``paired.sign_flip_p``, McNemar's test) are adjusted together by Holm's rule, and ``family.verdict`` calls a claim
+``held`` on a table when its difference is real in the claim's direction, ``not held`` when real against it, ``not
+shown`` otherwise; F1 and Acc decide nothing. A table that lacks
 either run of a claim leaves that cell empty.
 """
 
@@ -60,7 +61,7 @@ def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> l
 
 
 def _found(ci) -> dict[str, Any] | None:
-    return None if ci is None else {"ci": ci, "verdict": family.VERDICTS[family.direction(ci)]}
+    return None if ci is None else {"ci": ci, "verdict": family.verdict(ci)}
 
 
 def table(folders: Sequence[Path], labels: Sequence[str]) -> str:

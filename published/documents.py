@@ -35,7 +35,10 @@ SHARES: dict[str, Callable[[dict], bool]] = {
 chunk; the answer right (a gold alias in it, or equal to one)."""
 COMPARED = ("R@1", "R@k", "Acc", "EM")
 """The scores whose paired differences against the first configuration are shown; each column is one family."""
-RULE = "each column's differences Holm-adjusted together, `*` when the adjusted p is below 0.05"
+RULE = (
+    "McNemar's exact test on each question's 0/1 score, each column's differences Holm-adjusted together, `*` when "
+    "the adjusted p is below 0.05"
+)
 
 
 def scores(records: Sequence[dict]) -> dict[str, float]:

@@ -37,7 +37,7 @@ class Evaluation:
 
     def compare(self, other: Evaluation, metric: str = "em") -> BootstrapCI:
         """This evaluation against ``other`` on the questions both answered, pair by pair: the mean difference of
-        ``metric`` (``em``, ``f1`` or ``acc``) in points, its paired bootstrap 95% CI and p-value
+        ``metric`` (``em``, ``f1`` or ``acc``) in points, its paired bootstrap 95% CI and exact p-value
         (``experiments.paired.BootstrapCI``: ``diff``, ``low``, ``high``, ``n``, ``p``)."""
         if metric not in ("em", "f1", "acc"):
             raise ValueError(f"unknown metric {metric!r}; valid choices: em, f1, acc")

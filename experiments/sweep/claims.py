@@ -16,26 +16,23 @@ what bounds the reader: the gold paragraphs against the grid's best at its large
 padded gold against the gold alone (distractors).
 
 The claims table is one family (``family``): its primary metric, named in advance, is EM (Acc and F1 are shown in
-the rows and decide nothing). Differences are paired over the questions on per-question EM with
-``paired.paired_bootstrap``, and every comparison in the table has its p-value adjusted with the others by Holm's
-rule (``family.RULE``); a difference is called real, in its direction, when its adjusted p is below
-``family.ALPHA``. Each claim names in advance the comparison that decides it; the others are shown beside it:
+the rows and decide nothing). Differences are paired over the questions on per-question EM (``paired``: McNemar's
+exact test, no seed), and every comparison in the table has its p-value adjusted with the others by Holm's rule
+(``family.RULE``). Each claim names in advance the comparison that decides it, and ``family.verdict`` alone turns
+that comparison into the claim's verdict; the others are shown beside it:
 
-- scaling: the best at the largest budget against the best at the smallest, with a new best at every budget step
-  that admits new configurations (the steps themselves are point estimates; a step past the grid's largest
-  effective context admits none and is not counted);
-- DRAG then IterDRAG: IterDRAG's best against DRAG's at the largest budget, and at the smallest (or DRAG fitting
-  alone there); DRAG's rows include RAG's with no shot, which are DRAG with no demonstration;
+- scaling: the best at the largest budget against the best at the smallest (the best at each budget step in
+  between is shown beside it, against the one before);
+- DRAG then IterDRAG: IterDRAG's best against DRAG's at the largest budget (claimed higher), and at the smallest
+  (claimed lower, or DRAG fitting alone there); DRAG's rows include RAG's with no shot, which are DRAG with no
+  demonstration;
 - iterations, DRAG's demonstrations: at the largest documents and shots where both rows ran; retrieval: RAG with
   the grid's largest documents and no shot against closed-book;
-- allocation: R² and every pick reach ``ALLOCATION_R2`` and ``ALLOCATION_PICK``.
+- allocation: R² and every pick reach ``ALLOCATION_R2`` and ``ALLOCATION_PICK`` (held or not held: no test).
 
-A claim is ``held`` when its deciding difference is real in the claim's direction, ``not held`` when it is real
-against it, when the best stays the same configuration over the last ``FLAT_STEPS`` counted budget steps or more,
-or when the allocation thresholds are missed; ``not shown`` otherwise. A best per budget (overall, or DRAG's and
-IterDRAG's) is chosen on one half of the questions and every comparison that involves it is made on the other
-(``heldout``), so the choice does not lean the comparison its way; the comparisons of settings named in advance use
-every question.
+A best per budget (overall, or DRAG's and IterDRAG's) is chosen on one half of the questions, ties broken without
+reading the other half (``heldout``), and every comparison that involves it is made on the other half, so the
+choice does not lean the comparison its way; the comparisons of settings named in advance use every question.
 
 One concept in one file: a finished sweep's rows and per-question scores, turned into the paper's claims, checked.
 """
@@ -55,7 +52,6 @@ from ragscale.experiments.sweep.rows import Row
 
 ALLOCATION_R2 = 0.9  # the paper's fit reaches 0.903
 ALLOCATION_PICK = 95.0  # "within a few percent": every pick reaches this % of the grid's best at its budget
-FLAT_STEPS = 2  # the per-budget best unchanged over this many budget steps at the top: the curve has saturated
 
 Scores = Callable[[str], Mapping[str, float] | None]  # run id -> per-question EM in percent; None: unreadable
 
@@ -110,15 +106,6 @@ class Pairs:
         }  # fmt: skip
 
 
-def _verdict(cis: Sequence[BootstrapCI | None], *, every: bool) -> str:
-    """held when the differences are real upward (every one, or any one), not held when one is real downward."""
-    signs = [family.direction(c) for c in cis if c is not None]
-    if -1 in signs:
-        return "not held"
-    up = [s == 1 for s in signs]
-    return "held" if signs and (all(up) if every else any(up)) else "not shown"
-
-
 def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[str, Any] | None:
     optimum = [(b, best) for b in budgets if (best := pairs.best(rows, b)) is not None]
     if len(optimum) < 2:
@@ -135,13 +122,7 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
         if last is not first
         else None
     )
-    flat = list(itertools.takewhile(lambda step: step[1][1] is step[0][1], reversed(steps)))
-    if len(flat) >= FLAT_STEPS:
-        verdict = f"not held: the best is the same from {format_size(flat[-1][0][0])} on"
-    else:
-        verdict = _verdict([overall["ci"]], every=True) if overall else "not shown"
-        if verdict == "held" and len(rises) < len(steps):
-            verdict = "not shown"  # higher at the top, but not at every step
+    verdict = family.verdict(overall["ci"]) if overall else "not shown"
     path = "; ".join(
         f"{_span([b for b, _ in group])}: {label(r)} {pairs.em(r, True):.1f} ({r.effective_context():,.0f})"
         for group in _runs_of(optimum)
@@ -175,10 +156,11 @@ def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs
         drag_alone = drag_alone or (drag is not None and iterdrag is None and not found)
     if not found:
         return None
-    small, large = family.direction(found[0][2]["ci"]), family.direction(found[-1][2]["ci"])
-    if large == -1 or (small == 1 and not drag_alone):
+    # IterDRAG - DRAG: claimed positive at the largest budget, negative at the smallest (unless DRAG fits alone)
+    large, small = family.verdict(found[-1][2]["ci"]), family.verdict(found[0][2]["ci"], claimed=-1)
+    if large == "not held" or (small == "not held" and not drag_alone):
         verdict = "not held"
-    elif large == 1 and (drag_alone or small == -1):
+    elif large == "held" and (drag_alone or small == "held"):
         verdict = "held"
     else:
         verdict = "not shown"
@@ -206,7 +188,7 @@ def same_setting(rows: Sequence[Row], pairs: Pairs, *, claim: str, changed: Call
     return {
         "claim": claim,
         "here": "; ".join(f"{p['a']} - {p['b']}: {p['text']}" for p in found) + f" (decides: {found[-1]['a']})",
-        "verdict": _verdict([found[-1]["ci"]], every=True),
+        "verdict": family.verdict(found[-1]["ci"]),
         "pairs": found,
     }
 
@@ -241,7 +223,7 @@ def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
     return {
         "claim": "retrieval beats closed-book",
         "here": "; ".join(f"{p['a']} - closed-book: {p['text']}" for p in found) + f" (decides: {found[-1]['a']})",
-        "verdict": _verdict([found[-1]["ci"]], every=True),
+        "verdict": family.verdict(found[-1]["ci"]),
         "pairs": found,
     }
 
@@ -261,7 +243,7 @@ def oracle_bounds(rows: Sequence[Row], budgets: Sequence[int], oracle: Sequence[
             p = pairs.pair(a, b, held_out=held_out)
             here = f"{p['a']} {p['a_em']:.1f} ({a.effective_context():,.0f} tokens) - {p['b']} {p['b_em']:.1f} "
             here += f"({b.effective_context():,.0f}): {p['text']}"
-            claims.append({"claim": claim, "here": here, "verdict": _verdict([p["ci"]], every=True), "pairs": [p]})
+            claims.append({"claim": claim, "here": here, "verdict": family.verdict(p["ci"]), "pairs": [p]})
     return claims
 
 

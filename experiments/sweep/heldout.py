@@ -4,9 +4,10 @@ The best configuration within a budget, chosen and scored on the same questions,
 estimates and leans high, and every comparison made with it leans in its favour. ``HeldOut`` splits the sweep's
 questions into two fixed halves by the SHA-256 of their ids (the same halves whatever order they were asked in, and
 for every configuration): ``best_within`` ranks the configurations that fit a budget by their EM on the choosing
-half (ties as ``report.rank`` breaks them), and ``em`` and ``reporting_scores`` give a configuration's EM on
-the other half, where the budget table and the claims that compare a chosen best report it. A configuration whose
-per-question scores cannot be read is never chosen.
+half (ties to the fewest tokens, then the first label in alphabetical order: nothing of the other half is read),
+and ``em`` and ``reporting_scores`` give a configuration's EM on the other half, where the budget table and the
+claims that compare a chosen best report it. A configuration whose per-question scores cannot be read is never
+chosen.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 
-from ragscale.experiments.sweep.report import fits, rank
+from ragscale.experiments.sweep.report import fits
 from ragscale.experiments.sweep.rows import Row
 
 Scores = Callable[[Row], Mapping[str, float] | None]  # a row -> its per-question EM in percent; None: unreadable
@@ -45,7 +46,8 @@ class HeldOut:
         return sum(found.values()) / len(found) if found else None
 
     def best_within(self, rows: Sequence[Row], budget: float) -> Row | None:
-        """The configuration with the highest EM on the choosing half among those measured within ``budget``."""
+        """The configuration with the highest EM on the choosing half among those measured within ``budget``; of
+        those tied, the one with the fewest tokens, then the first label."""
         chosen = [(em, r) for r in rows if fits(r, budget) and (em := self.em(r, choosing=True)) is not None]
-        best = max(chosen, key=lambda item: (item[0], *rank(item[1])), default=None)
+        best = min(chosen, key=lambda item: (-item[0], item[1].effective_context(), item[1].label), default=None)
         return None if best is None else best[1]

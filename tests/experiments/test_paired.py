@@ -1,9 +1,18 @@
 """Paired statistics: a difference over the questions two runs share, its bootstrap CI and p-value, as a table
 shows it."""
 
+import itertools
+
 import pytest
 
-from ragscale.experiments.paired import BootstrapCI, format_ci, paired_bootstrap
+from ragscale.experiments.paired import (
+    FLIPS_ERROR,
+    BootstrapCI,
+    format_ci,
+    mcnemar_p,
+    paired_bootstrap,
+    sign_flip_p,
+)
 
 
 def scores(pattern: str) -> dict[str, float]:
@@ -66,25 +75,57 @@ def test_the_bootstrap_is_reproducible_with_its_seed():
     assert paired_bootstrap(a, b, seed=7) == paired_bootstrap(a, b, seed=7)
 
 
-def test_a_small_p_value_is_resolved_below_one_over_the_resamples_and_the_ci_is_unchanged():
+def test_a_0_1_metric_gets_mcnemars_exact_p_which_no_seed_moves():
+    # 9 questions better, 1 worse, 40 alike: twice P(X <= 1) for X ~ Binomial(10, 1/2) = 2 * 11 / 1024
+    a, b = scores("1" * 9 + "0" + "10" * 20), scores("0" * 9 + "1" + "10" * 20)
+    found = {paired_bootstrap(a, b, resamples=200, seed=seed).p for seed in range(200)}
+    assert len(found) == 1 and found.pop() == pytest.approx(22 / 1024)
+    assert mcnemar_p(9, 1) == mcnemar_p(1, 9) == 22 / 1024 and mcnemar_p(5, 5) == mcnemar_p(0, 0) == 1.0
+    # far past what 2,000 bootstrap draws resolve, and exact: 40 against 0 discordant
+    assert paired_bootstrap(scores("1" * 40 + "0" * 10), scores("0" * 50)).p == pytest.approx(2 / 2**40)
+
+
+def every_flip(nonzero: list[float]) -> float:
+    """The sign-flip p-value by brute force: every one of the 2**n patterns summed."""
+    sums = [
+        abs(sum(s * d for s, d in zip(signs, nonzero, strict=True)))
+        for signs in itertools.product((1, -1), repeat=len(nonzero))
+    ]
+    return sum(t >= abs(sum(nonzero)) - 1e-9 for t in sums) / 2 ** len(nonzero)
+
+
+def test_a_continuous_metric_gets_the_exact_sign_flip_test_up_to_twenty_differing_questions():
+    diffs = [12.5, -3.0, 40.0, 7.25, 0.0, -15.0, 22.0, 5.0, 9.5, -1.0]
+    nonzero = [d for d in diffs if d]
+    assert sign_flip_p(diffs) == pytest.approx(every_flip(nonzero), rel=1e-12)
+    assert sign_flip_p([0.0, 0.0]) == 1.0 and sign_flip_p([-2.0, 2.0, 2.0]) == 1.0
+
+
+def test_recall_differences_are_counted_exactly_whatever_their_number(monkeypatch):
+    from ragscale.experiments import paired
+
+    # recall over two or three gold passages: differences in halves and thirds
+    diffs = [0.5, 1.0, -0.5, 1 / 3, 2 / 3, 0.5, -1.0, 0.5, -1 / 3, 1.0, 1.0, 0.0]
+    nonzero = [d for d in diffs if d]
+    assert sign_flip_p(diffs) == pytest.approx(every_flip(nonzero), rel=1e-12)
+    monkeypatch.setattr(paired, "FLIPS", 0)  # no draw is made: 400 of them are counted exactly
+    assert 0 < sign_flip_p(diffs * 40) < 1e-6
+
+
+def test_past_twenty_differing_questions_the_sign_flip_p_is_within_its_stated_error_of_the_exact_one(monkeypatch):
     import numpy as np
 
-    better = scores("1" * 40 + "0" * 10)
-    worse = scores("1" * 10 + "0" * 40)
-    ci = paired_bootstrap(better, worse, resamples=2000, seed=0)
-    assert ci.p < 1 / 2000 and ci.p == pytest.approx(2 / 200_001)  # no draw of 200,000 on the far side
-    # a family of 100 such comparisons can still call it real (Holm: 100 p below alpha)
-    assert 100 * ci.p < 0.05
-    # the CI comes from the first 2,000 draws, as without the refinement
-    diffs = np.array([better[q] - worse[q] for q in sorted(better)])
-    rng = np.random.default_rng(0)
-    first = diffs[rng.integers(0, len(diffs), size=(2000, len(diffs)))].mean(axis=1)
-    assert (ci.low, ci.high) == tuple(np.quantile(first, [0.025, 0.975]))
-    assert paired_bootstrap(scores("1100110011" * 2), scores("1010101011" * 2), resamples=2000, seed=0).p > 0.5
+    from ragscale.experiments import paired
+
+    diffs = np.random.default_rng(3).normal(0.4, 1.0, 21)
+    drawn = sign_flip_p(diffs)
+    monkeypatch.setattr(paired, "EXACT_FLIPS", 21)
+    exact = sign_flip_p(diffs)
+    assert 0.001 < exact < 0.5 and abs(drawn - exact) < 4 * FLIPS_ERROR and FLIPS_ERROR < 0.0012
 
 
 def test_a_difference_is_written_with_its_ci_and_marked_only_when_called_real():
-    real = BootstrapCI(diff=2.0, low=0.5, high=3.5, n=50)
+    real = BootstrapCI(diff=2.0, low=0.5, high=3.5, n=50, p=0.01)
     assert format_ci(real) == "+2.0 [+0.5, +3.5] *" and format_ci(real, mark=False) == "+2.0 [+0.5, +3.5]"
     assert format_ci(BootstrapCI(diff=2.0, low=0.5, high=3.5, n=50, p=0.04, p_adjusted=0.2)) == "+2.0 [+0.5, +3.5]"
     assert format_ci(real, is_base=True) == "baseline" and format_ci(None).startswith("n/a")

@@ -40,7 +40,7 @@ def test_a_run_logs_the_whole_config_its_metrics_and_its_artifacts_to_mlflow(tmp
     assert tuple(summary) == SUMMARY_KEYS
     assert summary["weights_gb"] is None and summary["peak_rss_gb"] > 0.1  # a scripted LM has no weights
     assert (summary["n"], summary["failed"]) == (3, 0)
-    assert summary["em"] == pytest.approx(66.67)
+    assert summary["em"] == pytest.approx(200 / 3)
     assert summary["retrieval_recall"] == pytest.approx(100.0)  # k=2 over 14 passages finds each gold paragraph
     assert summary["lm_calls_per_question"] == 1
 

@@ -61,7 +61,7 @@ def test_a_stopped_run_resumes_answering_only_the_questions_it_had_not_finished(
     assert summary["mlflow_run_id"] == run_id and status(config, run_id) == "FINISHED"
     assert (summary["resumed"], summary["n"], summary["failed"]) == (1, 3, 0)
     assert second.calls == 2  # q5 and q6 only: nothing of q4 is computed again
-    assert summary["em"] == pytest.approx(66.67)  # q4 and q5 right, q6 wrong, as an uninterrupted run scores
+    assert summary["em"] == pytest.approx(200 / 3)  # q4 and q5 right, q6 wrong, as an uninterrupted run scores
 
 
 def test_failed_questions_are_asked_again_and_fresh_starts_over(config):

@@ -39,7 +39,7 @@ SCALING = "under the best allocation"
 ORDER = "DRAG is best at small budgets"
 
 
-def test_a_best_that_rises_at_every_budget_holds_and_one_that_stops_rising_does_not():
+def test_the_scaling_claim_is_decided_by_the_best_at_the_largest_budget_against_the_best_at_the_smallest_alone():
     rising = [
         row("closed-book", 0, 0, 0, 10, 100),
         row("rag", 5, 0, 0, 30, 800),
@@ -53,6 +53,7 @@ def test_a_best_that_rises_at_every_budget_holds_and_one_that_stops_rising_does_
     past_the_grid = claim(rising, [1000, 2000, 4000, 8000, 16000], SCALING)  # 8k and 16k admit nothing new
     assert past_the_grid["verdict"] == "held"
 
+    # a best that stops changing at 4k is no rule of its own: the deciding comparison still holds the claim
     flat = [
         *rising,
         row("rag", 10, 0, 0, 20, 1500),
@@ -60,17 +61,36 @@ def test_a_best_that_rises_at_every_budget_holds_and_one_that_stops_rising_does_
         row("drag", 10, 2, 0, 5, 12000),
     ]
     found = claim(flat, [1000, 2000, 4000, 8000, 16000], SCALING)
-    assert found["verdict"] == "not held: the best is the same from 4k on"
-    assert "4k-16k: iterdrag k=5 m=2 n=1 60.0" in found["here"]
+    assert found["verdict"] == "held" and "4k-16k: iterdrag k=5 m=2 n=1 60.0" in found["here"]
+    # one best at every budget: no comparison decides, so nothing is shown
+    same = claim([row("rag", 5, 0, 0, 30, 800), row("drag", 5, 2, 0, 20, 1800)], [1000, 2000], SCALING)
+    assert same["verdict"] == "not shown" and "one configuration is best at every budget" in same["here"]
+
+
+def test_a_tie_on_the_choosing_half_goes_to_the_fewest_tokens_whatever_the_other_half_says():
+    from ragscale.experiments.sweep.heldout import HeldOut
+
+    choosing = set(QUESTIONS[0::2])
+    cheap, dear = row("rag", 5, 0, 0, 0, 800), row("drag", 5, 2, 0, 0, 1800)
+    scores = {
+        cheap.run_id: {q: 100.0 * (q in choosing and q in QUESTIONS[:20]) for q in QUESTIONS},
+        dear.run_id: {q: 100.0 * (q in QUESTIONS[:20] or q not in choosing) for q in QUESTIONS},
+    }  # both right on the same 10 choosing questions; dear right on every question of the other half
+    held_out = HeldOut(lambda r: scores[r.run_id], [cheap, dear])
+    assert held_out.em(cheap, choosing=True) == held_out.em(dear, choosing=True)
+    assert held_out.best_within([dear, cheap], 4000) is cheap and held_out.em(dear) > held_out.em(cheap)
+    twin = row("drag", 5, 0, 0, 0, 800)  # as many tokens: the first label
+    scores[twin.run_id] = scores[cheap.run_id]
+    assert held_out.best_within([cheap, twin, dear], 4000) is twin
 
 
 def test_iterdrag_ahead_at_the_largest_budget_and_not_at_the_smallest_holds_the_order_claim_and_behind_fails_it():
     base = [row("rag", 1, 0, 0, 20, 300), row("drag", 5, 2, 0, 40, 1500)]
-    ahead = [*base, row("iterdrag", 1, 0, 1, 30, 1800), row("iterdrag", 5, 2, 2, 70, 6000)]
+    ahead = [*base, row("iterdrag", 1, 0, 1, 20, 1800), row("iterdrag", 5, 2, 2, 70, 6000)]
     assert claim(ahead, [2000, 8000], ORDER)["verdict"] == "held"
     drag_alone = [row("drag", 5, 2, 0, 40, 900), row("iterdrag", 5, 2, 2, 70, 6000)]
     assert claim(drag_alone, [1000, 8000], ORDER)["verdict"] == "held"
-    behind = [*base, row("iterdrag", 1, 0, 1, 30, 1800), row("iterdrag", 5, 2, 2, 20, 6000)]
+    behind = [*base, row("iterdrag", 1, 0, 1, 20, 1800), row("iterdrag", 5, 2, 2, 10, 6000)]
     assert claim(behind, [2000, 8000], ORDER)["verdict"] == "not held"
     # DRAG with no demonstration is RAG with no shot: that row is DRAG's best at 8k, ahead of IterDRAG there
     zero_shot = [*behind, row("rag", 20, 0, 0, 60, 3000), row("rag", 20, 2, 0, 90, 3200)]

@@ -281,18 +281,26 @@ def test_the_plot_is_written_and_logged_to_mlflow(swept):
 
 
 def test_the_table_has_the_best_configuration_per_method_and_overall_within_each_budget(swept):
+    from ragscale.experiments.sweep.grid import rows_of
+    from ragscale.experiments.sweep.heldout import HeldOut
+    from ragscale.experiments.sweep.report import fits
+
     result, _, _ = swept
     measured = {r.acc for r in result.rows}
     assert len(measured) > 1, "the scripted reader must be right on some configurations and wrong on others"
+    scores = json.loads((result.sweep_dir / SCORES).read_text())
+    held_out = HeldOut(lambda r: scores.get(r.run_id), result.rows)
+
+    def chosen(pool):  # the most EM on the choosing half, then the fewest tokens, then the first label
+        return min(pool, key=lambda r: (-held_out.em(r, choosing=True), r.effective_context(), r.label)).label
+
     for budget in GRID.budgets:
-        within = [r for r in result.rows if r.effective_context() <= budget]
-        entries = [r for r in result.table if r["budget"] == budget]
-        best = next(e for e in entries if e["method"] == "best")
-        assert best["em"] == max(r.em for r in within)
+        within = [r for r in result.rows if fits(r, budget) and r.run_id in scores]
+        entries = {e["method"]: e for e in result.table if e["budget"] == budget}
+        assert entries["best"]["config"] == chosen(within)
         for method in {r.method for r in within}:
-            (entry,) = [e for e in entries if e["method"] == method]
-            assert entry["em"] == max(r.em for r in within if r.method == method)
-        assert all(e[EFFECTIVE_CONTEXT] <= budget for e in entries)
+            assert entries[method]["config"] == chosen(rows_of(method, within))
+        assert all(e[EFFECTIVE_CONTEXT] <= budget for e in entries.values())
 
 
 def test_the_claims_pair_runs_over_their_questions_and_a_chosen_best_over_its_held_out_half(swept, examples):
