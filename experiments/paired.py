@@ -29,8 +29,9 @@ import numpy as np
 from ragscale.experiments import family
 
 RESAMPLES = 2000
-"""The bootstrap's draws for a CI: its bounds move by about a tenth of a point between seeds at n = 500."""
+"""The bootstrap's draws for a CI."""
 SEED = 0
+"""The seed of the bootstrap's draws and of the sign-flip test's, so that the same scores give the same numbers."""
 EXACT_FLIPS = 20
 """Up to this many differing questions the sign-flip test enumerates every one of the 2**n sign patterns."""
 EXACT_WORK = 50_000_000
