@@ -156,9 +156,9 @@ def main() -> None:
     rows = done.get("rows", [])
     threads = int(os.environ.get("OMP_NUM_THREADS") or min(os.cpu_count() or 1, 2))
     for name in args.models.split(","):
-        for tokens in (int(t) for t in args.tokens.split(",")):
+        longest = context_window(name) - DECODE_STEPS - 1  # the decoded tokens fit too
+        for tokens in (min(int(t), longest) for t in args.tokens.split(",")):
             for chunk in chunks:
-                tokens = min(tokens, context_window(name) - DECODE_STEPS - 1)  # the decoded tokens fit too
                 key = {"model": name, "tokens": tokens, "chunk_tokens": chunk}
                 if any(all(r[k] == v for k, v in key.items()) for r in rows):
                     continue

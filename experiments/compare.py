@@ -1,20 +1,19 @@
 """Compare tracked runs: a table over method x optimizer x dataset x LM with paired bootstrap CIs.
 
-Each run's per-question EM and F1 (from its `predictions.jsonl` artifact) are paired with the baseline's by
-question id (``paired.paired_bootstrap``: the percentile CI of the mean difference over `resamples` seeded
-resamples of the paired questions, so the same runs give the same table, and the exact p-value of
-``paired.sign_flip_p``). A table is one family: its EM differences, EM being the primary metric, have their
-p-values adjusted together (``family``: Holm), and only those are marked as real; F1 is shown beside them and
-decides nothing. Differences are in percentage points. The baseline is a given run (`--baseline RUN`: an id, a
-unique id prefix or a run name) or, per dataset, the latest closed-book run with the same LM (else any LM), else the
-dataset's first run. Each row also shows the
+Each run's per-question EM and F1 (from its `predictions.jsonl` artifact) are paired with the baseline's by question
+id (``paired.paired_bootstrap``: the percentile CI of the mean difference over `resamples` seeded resamples of the
+paired questions, so the same runs give the same table, and the exact p-value of ``paired.sign_flip_p``). A table is
+one family: its EM differences, EM being the primary metric, have their p-values adjusted together (``family``:
+Holm), and only those are marked as real; F1 is shown beside them and decides nothing. Differences are in percentage
+points. The baseline is a given run (`--baseline RUN`: an id, a unique id prefix or a run name) or, per dataset, the
+latest closed-book run with the same LM (else any LM), else the dataset's first run. Each row also shows the
 method's defining behaviour (``behaviour.<name>`` metrics: IterDRAG's follow-ups, Self-RAG's retrieval rate, ...)
 and how many of its questions failed (they score 0). Only FINISHED runs are compared unless FAILED and KILLED runs
 are asked for (``load_runs(unfinished=True)``, ``compare --unfinished``): their rows are marked with their status.
 Each row names the corpus its run searched (``--corpus``, with the start of its sha256); a run is never paired with
-a baseline that searched another corpus, and the latest run is kept per corpus too.
-Runs made by different code, libraries, machines, model files or data files (``provenance``) are named as such
-under the table (``provenance_note``). The table prints as markdown, JSON or CSV; ``chart.py`` draws it.
+a baseline that searched another corpus, and the latest run is kept per corpus too. Runs made by different code,
+libraries, machines, model files or data files (``provenance``) are named as such under the table
+(``provenance_note``). The table prints as markdown, JSON or CSV; ``chart.py`` draws it.
 
 One concept in one file: the comparison of tracked runs, from reading them back through their paired CIs
 (``paired``) to the forms the table is printed in.

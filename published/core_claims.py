@@ -11,9 +11,9 @@ Each claim is one paired comparison of two runs of a table (``runs.py``), named 
 
 Every comparison of every table given is one family (``family``): the exact p-values on per-question EM
 (``paired.sign_flip_p``, McNemar's test) are adjusted together by Holm's rule, and ``family.verdict`` calls a claim
-``held`` on a table when its difference is real in the claim's direction, ``not held`` when real against it, ``not
-shown`` otherwise; F1 and Acc decide nothing. A table that lacks
-either run of a claim leaves that cell empty.
+``held`` on a table when its difference is real in the claim's direction, ``not held`` when real against it,
+``not shown`` otherwise; F1 and Acc decide nothing. A table that lacks either run of a claim leaves that cell
+empty.
 """
 
 from __future__ import annotations
