@@ -32,8 +32,9 @@ from pathlib import Path
 DECODE_STEPS = 32
 
 
-def cell(model_name: str, tokens: int, chunk: int) -> dict:
-    """Prefill ``tokens`` random ids in passes of ``chunk``, then decode one row; run in a process of its own."""
+def cell(model_name: str, tokens: int, chunk: int, weights: str = "auto") -> dict:
+    """Prefill ``tokens`` random ids in passes of ``chunk``, then decode one row, with the linear layers in the
+    layout ``weights``; run in a process of its own."""
     import torch
 
     from ragscale.process import prepare_process
@@ -43,7 +44,7 @@ def cell(model_name: str, tokens: int, chunk: int) -> dict:
     from ragscale.programs.lm.models import load_model
 
     prepare_process()
-    model, tokenizer = load_model(model_name)
+    model, tokenizer = load_model(model_name, weights=weights)
     batcher = Batcher(model, tokenizer, chunk_tokens=chunk)
     batcher.decoder.compile_now(rows=1)
     ids = torch.randint(100, 30_000, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
@@ -129,23 +130,28 @@ def main() -> None:
     parser.add_argument("--models", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b")
     parser.add_argument("--tokens", default="512,4096,16384,32768", help="prompt lengths, comma-separated")
     parser.add_argument("--chunks", default="", help="prefill pass sizes, comma-separated (default: the engine's)")
+    parser.add_argument("--weights", default="auto", help="weight layout of the engine (models.WEIGHTS)")
     parser.add_argument("--json", dest="json_path", type=Path, default=Path("benchmarks/results/engine-table.json"))
     parser.add_argument("--cell", help=argparse.SUPPRESS)  # model,tokens,chunk: one cell, in this process
     args = parser.parse_args()
     if args.cell:
         name, tokens, chunk = args.cell.split(",")
-        print(json.dumps(cell(name, int(tokens), int(chunk))))
+        print(json.dumps(cell(name, int(tokens), int(chunk), args.weights)))
         return
+
+    import torch
 
     from ragscale.experiments.files import write_json
     from ragscale.programs.lm.batch import CHUNK_TOKENS
     from ragscale.programs.lm.layouts import cpu_flags, cpu_model
+    from ragscale.programs.lm.models import layout_for
     from ragscale.published.engine import table
 
     binary = os.environ.get("LLAMA_BENCH")
     if binary and not Path(binary).is_file():
         parser.error(f"$LLAMA_BENCH {binary!r} is not a file")
     chunks = [int(c) for c in args.chunks.split(",")] if args.chunks else [CHUNK_TOKENS]
+    layout = layout_for(args.weights, "cpu", torch.float32)  # what a cell of this layout records
     machine = {
         "cpu": cpu_model(),
         "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"}),
@@ -160,10 +166,11 @@ def main() -> None:
         for tokens in (min(int(t), longest) for t in args.tokens.split(",")):
             for chunk in chunks:
                 key = {"model": name, "tokens": tokens, "chunk_tokens": chunk}
-                if any(all(r[k] == v for k, v in key.items()) for r in rows):
+                if any(all(r[k] == v for k, v in key.items()) and r["weights"] == layout for r in rows):
                     continue
                 load = os.getloadavg()[0]
-                out, peak = in_process([sys.executable, __file__, "--cell", f"{name},{tokens},{chunk}"])
+                command = [sys.executable, __file__, "--cell", f"{name},{tokens},{chunk}", "--weights", args.weights]
+                out, peak = in_process(command)
                 row = {**key, **json.loads(out.strip().splitlines()[-1]), "peak_rss_gb": round(peak, 2)}
                 if binary:
                     row["llama_cpp"] = llama_cells(binary, name, tokens, threads)

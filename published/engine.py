@@ -1,9 +1,9 @@
 """The engine's table against llama.cpp, made from the JSON ``benchmarks/engine_table.py`` writes.
 
-Each row is one model at one prompt length, measured in a process of its own: prefill tokens per second, one-row
-decode tokens per second after the prompt, and the process's peak resident memory beside its bound (twice the
-weights as loaded plus the KV cache's bytes at that length); with llama.cpp's figures on the same GGUF file where
-the run had them. ``engine FILE table`` writes the table, ``engine FILE made`` the machine and date.
+Each row is one model in one weight layout at one prompt length, measured in a process of its own: prefill tokens
+per second, one-row decode tokens per second after the prompt, and the process's peak resident memory beside its
+bound (twice the weights as loaded plus the KV cache's bytes at that length); with llama.cpp's figures on the same
+GGUF file where the run had them. ``engine FILE table`` writes the table, ``engine FILE made`` the machine and date.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ def bound_gb(row: dict) -> float:
 def table(rows: list[dict]) -> str:
     """The rows as a Markdown table, each ratio ours over llama.cpp's."""
     lines = [
-        "| model | prompt tokens | pass tokens | prefill tok/s (vs llama.cpp) | decode tok/s after it (vs llama.cpp) "
-        "| peak RSS GB (bound) | llama.cpp peak RSS GB |",
-        "|---|--:|--:|--:|--:|--:|--:|",
+        "| model | weights | prompt tokens | pass tokens | prefill tok/s (vs llama.cpp) "
+        "| decode tok/s after it (vs llama.cpp) | peak RSS GB (bound) | llama.cpp peak RSS GB |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
     ]
     for row in rows:
         llama = row.get("llama_cpp") or {}
@@ -32,8 +32,8 @@ def table(rows: list[dict]) -> str:
             return f"{ours:,.1f} ({ours / llama[key]:.2f}x)" if llama else f"{ours:,.1f}"
 
         lines.append(
-            f"| {row['model']} | {row['tokens']:,} | {row['chunk_tokens']:,} | {versus('prefill_tok_s')} "
-            f"| {versus('decode_tok_s')} | {row['peak_rss_gb']:.2f} ({bound_gb(row):.2f}) "
+            f"| {row['model']} | {row['weights']} | {row['tokens']:,} | {row['chunk_tokens']:,} "
+            f"| {versus('prefill_tok_s')} | {versus('decode_tok_s')} | {row['peak_rss_gb']:.2f} ({bound_gb(row):.2f}) "
             f"| {llama.get('peak_rss_gb', '')} |"
         )
     return "\n".join(lines)

@@ -39,7 +39,8 @@ def _model_flags() -> dict[str, dict[str, Any]]:
             "choices": WEIGHTS,
             "help": "layout of a local model's linear layers on CPU: auto (the default: the fastest whose answers "
             "match fp32's on this CPU), fp32 (oneDNN-packed float32, the reference), int8 (int8 weights for decode "
-            "steps), bf16 (bfloat16), int8-bf16 (int8 for decoding, bfloat16 for prefill), dense (torch's)",
+            "steps), bf16 (bfloat16), int8-bf16 (int8 for decoding, bfloat16 for prefill), int4-bf16 (4-bit for "
+            "decoding: faster, further from fp32's answers), dense (torch's)",
         },
         "--adapter": {
             "choices": sorted(ADAPTERS),

@@ -48,25 +48,25 @@ DECODE_WAYS = ("auto", "hf", "static", "compiled")
 def pick_way(model: Any, asked: str = "auto") -> tuple[str, int]:
     """The way ``asked`` means for ``model`` and the most rows it runs (more rows take transformers' forward).
 
-    ``auto`` compiles the step on a CPU whose layout has int8 decode weights (``int8``, ``int8-bf16``), up to
-    ``layouts.DECODE_ROWS`` rows: there inductor's int8 kernel reads the weights at the memory's speed, where
-    torch's eager kernel is bound by its arithmetic; at more rows the layout's bfloat16 or float32 weights are
-    faster and transformers' forward uses them. On a GPU ``auto`` is ``static``, replayed as CUDA graphs: the
-    step is bound by the host's launches there, and a graph launches its kernels at once, with no minutes of
-    compiling. Elsewhere (other layouts on a CPU) ``auto`` is ``hf``.
+    ``auto`` compiles the step on a CPU whose layout has quantised decode weights (``int8``, ``int8-bf16``,
+    ``int4-bf16``), up to ``layouts.DECODE_ROWS`` rows: there inductor's kernels read the weights at the memory's
+    speed, where torch's eager int8 kernel is bound by its arithmetic; at more rows the layout's bfloat16 or
+    float32 weights are faster and transformers' forward uses them. On a GPU ``auto`` is ``static``, replayed as
+    CUDA graphs: the step is bound by the host's launches there, and a graph launches its kernels at once, with no
+    minutes of compiling. Elsewhere (other layouts on a CPU) ``auto`` is ``hf``.
     """
     if asked not in DECODE_WAYS:
         raise ValueError(f"unknown decode way {asked!r}; valid choices: {', '.join(DECODE_WAYS)}")
-    int8 = getattr(model, "weight_layout", None) in ("int8", "int8-bf16")
+    quantised = getattr(model, "weight_layout", None) in ("int8", "int8-bf16", "int4-bf16")
     if asked == "auto":
         fits = supports(model) is None
         if model.device.type == "cuda":
             asked = "static" if fits else "hf"
         else:
-            asked = "compiled" if int8 and fits else "hf"
+            asked = "compiled" if quantised and fits else "hf"
     if asked != "hf" and supports(model) is not None:
         raise ValueError(f"decode way {asked!r}: {supports(model)}")
-    return asked, (DECODE_ROWS if int8 and model.device.type == "cpu" else BUCKETS[-1])
+    return asked, (DECODE_ROWS if quantised and model.device.type == "cpu" else BUCKETS[-1])
 
 
 class Decoder:

@@ -14,6 +14,10 @@
   float32): half of float32's memory, and where the CPU multiplies bfloat16 natively, about twice its speed at
   prefill and decode alike.
 - ``int8-bf16``: ``int8``'s weights for decode steps and ``bf16``'s for prefill (0.75x float32's memory).
+- ``int4-bf16``: ``int8-bf16`` with 4-bit weights for decode steps (asymmetric, a bfloat16 scale and zero point per
+  ``GROUP`` inputs; ``torch._weight_int4pack_mm_for_cpu``): a step reads about half of int8's bytes, so it decodes
+  faster, and it rounds more coarsely, so more greedy answers differ from float32's; ``auto`` does not take it. A
+  layer whose shape the kernel does not take (:func:`int4_fits`) keeps int8 weights.
 
 Where bfloat16 pays is a matter of the CPU, not only of its flags: on an AMD EPYC with AVX512_BF16 oneDNN's
 bfloat16 layers run prefill at about 2x float32, on an Intel Xeon with the same flag and no AMX at 0.6x
@@ -34,10 +38,12 @@ import torch
 
 from ragscale.programs.lm.packed import PackedLinear, replace_linears
 
-LAYOUTS = ("fp32", "dense", "int8", "bf16", "int8-bf16")
+LAYOUTS = ("fp32", "dense", "int8", "bf16", "int8-bf16", "int4-bf16")
 """The layouts; ``models.WEIGHTS`` (which the CLI and configs check without importing torch) adds ``auto``."""
 DECODE_ROWS = 4
 """A linear call on at most this many rows (tokens) uses the int8 weights: at 8 rows the two paths cost the same."""
+GROUP = 64
+"""Inputs per scale and zero point of the int4 weights."""
 
 
 def _cpuinfo_field(cpuinfo: Path, field: str) -> str:
@@ -117,21 +123,65 @@ class Int8Linear(torch.nn.Module):
     def __init__(self, linear: torch.nn.Linear, decode_rows: int = DECODE_ROWS, prefill: type | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features, self.decode_rows = linear.in_features, linear.out_features, decode_rows
-        self.qweight, scale = quantize_rows(linear.weight.detach())
-        self.scale = scale.to(torch.bfloat16)
+        self.quantize(linear.weight.detach())
         self.packed = (prefill or PackedLinear)(linear)
         self.bias = None if linear.bias is None else linear.bias.detach().float()
+
+    def quantize(self, weight: torch.Tensor) -> None:
+        self.qweight, scale = quantize_rows(weight)
+        self.scale = scale.to(torch.bfloat16)
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (rows, in features; bfloat16) times the quantised weight."""
+        return torch._weight_int8pack_mm(x, self.qweight, self.scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if rows > self.decode_rows:
             return self.packed(x)
-        y = torch._weight_int8pack_mm(x.reshape(rows, -1).to(torch.bfloat16), self.qweight, self.scale)
+        y = self.product(x.reshape(rows, -1).to(torch.bfloat16))
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, decode_rows={self.decode_rows}"
+
+
+def quantize_groups(weight: torch.Tensor, group: int = GROUP, chunk: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` (out, in) in 4 bits per value, asymmetric over each ``group`` inputs of a row, packed for torch's
+    CPU int4 kernel: the packed bytes ``(out, in / 2)`` and ``(in / group, out, 2)`` bfloat16 scales and zero
+    points, a value being ``(q - 8) * scale + zero`` for ``q`` in 0..15. ``chunk`` rows at a time, as
+    :func:`quantize_rows`."""
+    rows, columns = weight.shape
+    packed = torch.empty(rows, columns // 2, dtype=torch.uint8)
+    scales_zeros = torch.empty(columns // group, rows, 2, dtype=torch.bfloat16)
+    for start in range(0, rows, chunk):
+        block = weight[start : start + chunk].to(torch.float32, copy=True).view(-1, columns // group, group)
+        low, high = block.amin(-1, keepdim=True), block.amax(-1, keepdim=True)
+        scale = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)
+        q = block.sub_(low).div_(scale).round_().clamp_(0, 15).to(torch.int32).view(-1, columns)
+        packed[start : start + chunk] = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+        pairs = torch.cat((scale, low + 8 * scale), dim=-1).transpose(0, 1)  # (in / group, rows of the chunk, 2)
+        scales_zeros[:, start : start + chunk] = pairs
+    return packed, scales_zeros
+
+
+def int4_fits(linear: torch.nn.Module, group: int = GROUP) -> bool:
+    """Whether torch's int4 kernel takes ``linear``'s shape: outputs a multiple of 64 (its block of rows, so that
+    fused layers' packed bytes concatenate) and inputs a multiple of ``group``."""
+    return linear.out_features % 64 == 0 and linear.in_features % group == 0
+
+
+class Int4Linear(Int8Linear):
+    """:class:`Int8Linear` with 4-bit weights in groups of ``GROUP`` inputs (:func:`quantize_groups`) for decode
+    steps: half of int8's bytes to read a step, at the cost of a coarser rounding that ``benchmarks/layouts.py``
+    checks against float32's answers."""
+
+    def quantize(self, weight: torch.Tensor) -> None:
+        self.qweight, self.scales_zeros = quantize_groups(weight)
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        return torch._weight_int4pack_mm_for_cpu(x, self.qweight, GROUP, self.scales_zeros)
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -162,6 +212,7 @@ def apply_layout(model: torch.nn.Module, weights: str) -> str:
         "int8": Int8Linear,
         "bf16": Bf16Linear,
         "int8-bf16": lambda linear: Int8Linear(linear, prefill=Bf16Linear),
+        "int4-bf16": lambda linear: (Int4Linear if int4_fits(linear) else Int8Linear)(linear, prefill=Bf16Linear),
     }
     if weights != "dense":
         replace_linears(model, make[weights])

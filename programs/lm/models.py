@@ -70,7 +70,7 @@ DEFAULT_LM = "qwen2.5-coder-0.5b"
 """The LM of experiments (runs, sweeps, ask, the demo, the benchmarks): the smallest packaged model whose answers
 carry a signal. SmolLM2-135M stays the fast model of the unit tests."""
 
-WEIGHTS = ("auto", "fp32", "dense", "int8", "bf16", "int8-bf16")
+WEIGHTS = ("auto", "fp32", "dense", "int8", "bf16", "int8-bf16", "int4-bf16")
 """Weight layouts of the linear layers on CPU (``layouts.py``): ``auto`` is the fastest whose answers match
 float32's on the CPU found."""
 DEFAULT_WEIGHTS = "auto"
@@ -188,9 +188,9 @@ def load_model(
 
     ``weights`` is the layout of the linear layers (``WEIGHTS``, ``layouts.py``; default ``DEFAULT_WEIGHTS``):
     ``fp32`` packs them for oneDNN, ``dense`` keeps torch's, ``int8`` adds int8 weights for decode steps, ``bf16``
-    packs them in bfloat16, ``int8-bf16`` holds int8 for decoding and bfloat16 for prefill, ``auto`` picks by the
-    CPU found. A model that is not float32 on CPU keeps torch's layers unless a layout is asked for
-    (then an error says why it cannot).
+    packs them in bfloat16, ``int8-bf16`` holds int8 for decoding and bfloat16 for prefill, ``int4-bf16`` 4-bit
+    weights for decoding and bfloat16 for prefill, ``auto`` picks by the CPU found. A model that is not float32 on
+    CPU keeps torch's layers unless a layout is asked for (then an error says why it cannot).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -248,7 +248,7 @@ def layout_for(weights: str | None, device: str, torch_dtype: Any) -> str:
             f"weight layout {weights!r} needs a float32 model on CPU and torch with oneDNN; got {torch_dtype} on "
             f"{device}; use weights='dense'"
         )
-    if weights in ("bf16", "int8-bf16") and not bf16_supported():
+    if weights in ("bf16", "int8-bf16", "int4-bf16") and not bf16_supported():
         raise ValueError(
             f"weight layout {weights!r} needs a CPU on which oneDNN computes bfloat16 (AVX512BW, AVX512VL and "
             "AVX512DQ, or AVX_NE_CONVERT); this one has neither; use weights='auto', 'fp32' or 'int8'"

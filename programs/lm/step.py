@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ragscale.programs.lm.attention import NAME
-from ragscale.programs.lm.layouts import Int8Linear
+from ragscale.programs.lm.layouts import GROUP, Int4Linear, Int8Linear
 
 ARCHITECTURES = ("llama", "qwen2")
 
@@ -52,19 +52,22 @@ def supports(model: Any) -> str | None:
 class Fused(torch.nn.Module):
     """Linear layers that read the same input, run as one product over their concatenated weights.
 
-    For ``Int8Linear`` layers the int8 weights, scales and biases are concatenated; for torch's ``nn.Linear`` the
-    weights and biases. Each original layer is then pointed at its slice of the fused tensors (a view), so the
-    layers keep working for prefill and the weights are held once. One layer is held as it is (no copy).
+    For ``Int8Linear`` and ``Int4Linear`` layers the quantised weights, scales and biases are concatenated; for
+    torch's ``nn.Linear`` the weights and biases. Each original layer is then pointed at its slice of the fused
+    tensors (a view), so the layers keep working for prefill and the weights are held once; only int4 scales and
+    zero points (an eighth of the int4 bytes) are held twice, their slices not being contiguous. One layer is
+    held as it is (no copy).
     """
 
     def __init__(self, layers: list[torch.nn.Module]) -> None:
         super().__init__()
-        self.kind = "int8" if isinstance(layers[0], Int8Linear) else "dense"
-        names = ("qweight", "scale") if self.kind == "int8" else ("weight",)
+        self.kind = {Int4Linear: "int4", Int8Linear: "int8"}.get(type(layers[0]), "dense")
+        names = {"int4": ("qweight", "scales_zeros"), "int8": ("qweight", "scale")}.get(self.kind, ("weight",))
         sizes = [layer.out_features for layer in layers]
         for name in names:
             parts = [getattr(layer, name).detach() for layer in layers]
-            self.register_buffer(name, parts[0] if len(parts) == 1 else torch.cat(parts), persistent=False)
+            along = 1 if name == "scales_zeros" else 0  # (groups, outputs, 2)
+            self.register_buffer(name, parts[0] if len(parts) == 1 else torch.cat(parts, along), persistent=False)
         biases = [layer.bias for layer in layers]
         bias = None
         if any(b is not None for b in biases):
@@ -77,6 +80,8 @@ class Fused(torch.nn.Module):
         start = 0
         for layer, n in zip(layers, sizes, strict=True):
             for name in names:
+                if name == "scales_zeros":  # a slice across outputs is not contiguous: each layer keeps its own
+                    continue
                 part = getattr(self, name)[start : start + n]
                 setattr(layer, name, torch.nn.Parameter(part, requires_grad=False) if name == "weight" else part)
             if layer.bias is not None:
@@ -87,15 +92,19 @@ class Fused(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "int8":
             y = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.qweight, self.scale).to(x.dtype)
+        elif self.kind == "int4":
+            y = torch._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.qweight, GROUP, self.scales_zeros)
+            y = y.to(x.dtype)
         else:
             y = torch.nn.functional.linear(x, self.weight)
         return y if self.bias is None else y + self.bias
 
 
 def can_fuse(layers: list[torch.nn.Module]) -> bool:
-    """Whether ``layers`` are all int8 layers or all torch ``nn.Linear`` (oneDNN's packed weights are opaque)."""
+    """Whether ``layers`` are all int8 layers, all int4 layers or all torch ``nn.Linear`` (oneDNN's packed weights
+    are opaque)."""
     kinds = {type(layer) for layer in layers}
-    return kinds == {Int8Linear} or kinds == {torch.nn.Linear}
+    return len(kinds) == 1 and kinds <= {Int8Linear, Int4Linear, torch.nn.Linear}
 
 
 def projection(layers: list[torch.nn.Module]) -> torch.nn.Module:

@@ -37,7 +37,7 @@ def test_a_config_round_trips_through_its_toml(tmp_path):
         ("threads", "4", "threads must be an integer"),
         ("adapter", "xml", "valid choices: chat, field, field-prefill, json"),
         ("retriever", "grep", "bm25, dense, hybrid"),
-        ("weights", "int4", "weights 'int4'.*auto, bf16, dense, fp32, int8, int8-bf16"),
+        ("weights", "int4", "weights 'int4'.*auto, bf16, dense, fp32, int4-bf16, int8, int8-bf16"),
         ("request_timeout", 0, "request_timeout must be a positive number of seconds, got 0"),
         ("request_timeout", float("inf"), "request_timeout must be a positive number of seconds"),
         ("request_timeout", "30", "request_timeout must be a number"),

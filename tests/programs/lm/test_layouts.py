@@ -74,11 +74,11 @@ def test_the_layout_is_chosen_by_the_cpus_flags_and_vendor(tmp_path, vendor, fla
     assert cpu_flags(tmp_path / "missing") == frozenset() and cpu_vendor(tmp_path / "missing") == ""
 
 
-@pytest.mark.parametrize("layout", ["bf16", "int8-bf16"])
+@pytest.mark.parametrize("layout", ["bf16", "int8-bf16", "int4-bf16"])
 def test_bfloat16_layouts_decode_the_float32_layouts_greedy_tokens_in_less_memory(engine, layout):
     import torch
 
-    from ragscale.programs.lm.layouts import Bf16Linear, Int8Linear, weight_bytes
+    from ragscale.programs.lm.layouts import Bf16Linear, Int4Linear, Int8Linear, weight_bytes
     from ragscale.programs.lm.models import bf16_supported, load_model
 
     if not bf16_supported():
@@ -89,14 +89,18 @@ def test_bfloat16_layouts_decode_the_float32_layouts_greedy_tokens_in_less_memor
     assert model.weight_layout == layout
     kinds = {type(m) for m in model.modules()}
     assert Bf16Linear in kinds and torch.nn.Linear not in kinds
-    assert (Int8Linear in kinds) == (layout == "int8-bf16")
+    assert (Int8Linear in kinds) == (layout == "int8-bf16") and (Int4Linear in kinds) == (layout == "int4-bf16")
     weights = sum(m.in_features * m.out_features for m in engine.model.modules() if isinstance(m, PackedLinear))
-    # fp32 holds four bytes per linear weight; bf16 two; int8-bf16 two, one more of int8 and a scale per row
+    # fp32 holds four bytes per linear weight; bf16 two; int8-bf16 two, one more of int8 and a scale per row;
+    # int4-bf16 two, half a byte of int4 and a bfloat16 scale and zero point per 64 weights
     saved = weight_bytes(engine.model) - weight_bytes(model)
-    assert saved == pytest.approx(weights * (2 if layout == "bf16" else 1), rel=0.02)
+    assert saved == pytest.approx(weights * {"bf16": 2, "int8-bf16": 1, "int4-bf16": 1.4375}[layout], rel=0.02)
     ref_logits, ref_tokens = logits_and_greedy(engine.model, engine.tokenizer)
     logits, tokens = logits_and_greedy(model, engine.tokenizer)
-    assert tokens == ref_tokens
+    answer = engine.tokenizer.decode(ref_tokens).split("<|im_end|>")[0]
+    assert engine.tokenizer.decode(tokens).startswith(answer) and answer.endswith("Paris.")
+    if layout != "int4-bf16":  # 4 bits round coarsely enough to move the end of turn: the 135M goes on after it
+        assert tokens == ref_tokens
     # bfloat16 keeps 8 bits of mantissa: the logits move, but by far less than they spread
     assert (logits - ref_logits).abs().mean() < 0.05 * ref_logits.std()
 
@@ -125,7 +129,7 @@ def test_a_layout_it_cannot_apply_names_why_and_the_choices():
         load_model("smollm2-135m", weights="int4")
 
 
-@pytest.mark.parametrize("layout", ["bf16", "int8-bf16"])
+@pytest.mark.parametrize("layout", ["bf16", "int8-bf16", "int4-bf16"])
 def test_a_bfloat16_layout_on_a_cpu_without_bfloat16_kernels_names_the_flags_and_the_choices(monkeypatch, layout):
     from ragscale.programs.lm import models
 
@@ -148,3 +152,25 @@ def test_rows_are_quantised_in_chunks_as_whole_and_the_weight_is_left_as_it_was(
     assert torch.equal(whole, chunked) and torch.equal(whole_scale, chunked_scale)
     assert whole.dtype == torch.int8 and whole.abs().amax(1)[4:].eq(127).all() and whole[3].eq(0).all()
     torch.testing.assert_close(whole.float() * whole_scale[:, None], weight, atol=whole_scale.max().item(), rtol=0)
+
+
+def test_groups_are_quantised_to_4_bits_in_chunks_as_whole_and_the_kernel_reads_them_back():
+    import torch
+
+    from ragscale.programs.lm.layouts import GROUP, quantize_groups
+
+    weight = torch.randn(256, 4 * GROUP)
+    weight[3] = 0.5  # a constant group gets the smallest scale, not a division by zero
+    original = weight.clone()
+    whole, whole_pairs = quantize_groups(weight, chunk=256)
+    chunked, chunked_pairs = quantize_groups(weight, chunk=64)
+    assert torch.equal(weight, original)
+    assert torch.equal(whole, chunked) and torch.equal(whole_pairs, chunked_pairs)
+    assert whole.shape == (256, 2 * GROUP) and whole_pairs.shape == (4, 256, 2)
+    # the kernel on the identity reads each weight back within half a step of its group, and a little more for the
+    # bfloat16 rounding of the scale, the zero point and the product
+    read = torch._weight_int4pack_mm_for_cpu(torch.eye(4 * GROUP, dtype=torch.bfloat16), whole, GROUP, whole_pairs)
+    step = whole_pairs[..., 0].float().repeat_interleave(GROUP, 0)  # (inputs, outputs)
+    error = (read.float() - weight.t()).abs()
+    assert (error <= 0.6 * step + 1e-6).all()
+    assert error[:, 3].max() < 1e-2 and error.mean() < step.mean() / 3

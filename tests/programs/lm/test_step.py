@@ -83,6 +83,21 @@ def test_fused_int8_projections_equal_the_separate_layers_and_share_their_weight
     assert all(start <= layer.qweight.data_ptr() < end for layer in layers), "a layer kept its own copy"
 
 
+def test_fused_int4_projections_equal_the_separate_layers_and_share_their_weights():
+    from ragscale.programs.lm.layouts import Bf16Linear, Int4Linear
+
+    torch.manual_seed(0)
+    layers = [Int4Linear(torch.nn.Linear(128, n), prefill=Bf16Linear) for n in (128, 64, 64)]
+    x = torch.randn(3, 128)
+    with torch.inference_mode():
+        separate = torch.cat([layer(x) for layer in layers], dim=-1)
+        fused = Fused(layers)
+        assert fused.kind == "int4" and torch.equal(fused(x), separate)
+        assert torch.equal(torch.cat([layer(x) for layer in layers], dim=-1), separate)  # the layers still work
+    start, end = fused.qweight.data_ptr(), fused.qweight.data_ptr() + fused.qweight.numel()
+    assert all(start <= layer.qweight.data_ptr() < end for layer in layers), "a layer kept its own copy"
+
+
 def test_auto_compiles_only_where_int8_weights_decode_on_a_cpu():
     dense, _ = load_model("smollm2-135m", weights="dense")
     assert pick_way(dense) == ("hf", 16)
