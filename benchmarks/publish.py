@@ -8,10 +8,11 @@
 The first two forms copy the runs (by default the latest FINISHED run of each method, or oracle row, x optimizer in
 the store; with ``--cells``, the runs of a methods benchmark's ``--out-dir``, in its table's order) to
 ``benchmarks/results/NAME/`` (``ragscale.published.runs.publish``: the records gzip-compressed, a manifest with
-the command, machine, date and commit) and print the table; the third prints the table from the committed folder
-alone. The fourth publishes a finished sweep (its folder, ``ragscale sweep`` says where: each configuration's
-records, ``ragscale.published.sweeps``) and prints its report made again from them; a page cites them
-through a directive (``ragscale.published.pages``), which ``python benchmarks/pages.py`` renders.
+the command, machine, date and commit), add each run against the baseline to the folder's ``plan.json`` (the
+family its stars come from, ``ragscale.published.plan``) and print the table; the third prints the table from the
+committed folder alone. The fourth publishes a finished sweep (its folder, ``ragscale sweep`` says where: each
+configuration's records, ``ragscale.published.sweeps``) and prints its report made again from them; a page cites
+them through a directive (``ragscale.published.pages``), which ``python benchmarks/pages.py`` renders.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from ragscale.process import prepare_process
 
     prepare_process()
-    from ragscale.published.runs import publish, table
+    from ragscale.published.runs import plan_table, publish, table
 
     folder = RESULTS / args.name
     if args.sweep is not None:
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
             args.run_ids = [cell["mlflow_run_id"] for cell in load_cells(args.cells).values()]
         publish(args.runs_dir, args.run_ids or latest_runs(args.runs_dir), folder, command=args.command)
+        for a, b in plan_table(folder, args.baseline):
+            print(f"planned: {a} - {b}")
     print(table(folder, args.baseline))
     return 0
 

@@ -19,7 +19,7 @@ from typing import Any
 ALPHA = 0.05
 PRIMARY = "em"
 """The metric whose comparisons make a family and decide its verdicts."""
-RULE = f"McNemar's exact test, Holm-adjusted within the table, primary metric {PRIMARY.upper()}, alpha {ALPHA}"
+RULE = f"McNemar's exact test, Holm-adjusted within its family, primary metric {PRIMARY.upper()}, alpha {ALPHA}"
 """How a page says which rule its verdicts follow."""
 
 

@@ -1,4 +1,4 @@
-"""The papers' core claims, checked on published methods tables: one family across the tables, EM deciding.
+"""The papers' core claims, checked on published methods tables, each in its folder's planned family, EM deciding.
 
 Each claim is one paired comparison of two runs of a table (``runs.py``), named in advance with its direction:
 
@@ -9,11 +9,11 @@ Each claim is one paired comparison of two runs of a table (``runs.py``), named 
 - what retrieval misses costs: the gold paragraphs among RAG's k (``oracle-distractors``) - RAG;
 - distractors hurt the reader: the gold paragraphs alone - among RAG's k.
 
-Every comparison of every table given is one family (``family``): the exact p-values on per-question EM
-(``paired.sign_flip_p``, McNemar's test) are adjusted together by Holm's rule, and ``family.verdict`` calls a claim
-``held`` on a table when its difference is real in the claim's direction, ``not held`` when real against it,
-``not shown`` otherwise; F1 and Acc decide nothing. A table that lacks either run of a claim leaves that cell
-empty.
+Each claim is a comparison planned on its table's folder (``plan.py``), and its exact p-value on per-question EM
+(``paired.sign_flip_p``, McNemar's test) is adjusted with the others of that folder's family by Holm's rule, the
+same verdict it carries on the folder's own tables; ``family.verdict`` calls a claim ``held`` on a table when its
+difference is real in the claim's direction, ``not held`` when real against it, ``not shown`` otherwise; F1 and
+Acc decide nothing. A table that lacks either run of a claim leaves that cell empty.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.experiments import family
-from ragscale.experiments.paired import format_ci, paired_bootstrap
+from ragscale.experiments.paired import format_ci
+from ragscale.published import plan
 
 CLAIMS = (
     ("retrieval beats closed-book", "rag-none", "closed-book-none"),
@@ -36,25 +37,21 @@ CLAIMS = (
 """(claim, run a, run b): the claim is that a scores above b."""
 
 
-def check(folders: Sequence[Path], *, resamples: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
-    """Each claim with, per folder, its comparison (``ci``: a ``BootstrapCI`` adjusted with the family, None where
-    the folder lacks a run) and verdict."""
-    from ragscale.published.runs import load, points_by_run
+def check(folders: Sequence[Path]) -> list[dict[str, Any]]:
+    """Each claim with, per folder, its comparison (``ci``: a ``BootstrapCI`` from the folder's planned family,
+    ``plan.compared``; None where the folder lacks a run) and verdict."""
+    from ragscale.published.runs import load
 
-    em = {folder: points_by_run(load(folder)[1]) for folder in folders}
-    cells = [
-        (claim, folder, paired_bootstrap(em[folder][a], em[folder][b], resamples=resamples, seed=seed))
-        for claim, a, b in CLAIMS
-        for folder in folders
-        if a in em[folder] and b in em[folder]
-    ]
-    adjusted = dict(zip(((c, f) for c, f, _ in cells), family.adjust([ci for *_, ci in cells]), strict=True))
+    runs = {folder: load(folder)[1] for folder in folders}
     return [
         {
             "claim": claim,
             "a": a,
             "b": b,
-            "found": {folder.name: _found(adjusted.get((claim, folder))) for folder in folders},
+            "found": {
+                folder.name: _found(plan.compared(folder, a, b)) if a in runs[folder] and b in runs[folder] else None
+                for folder in folders
+            },
         }
         for claim, a, b in CLAIMS
     ]
@@ -66,7 +63,7 @@ def _found(ci) -> dict[str, Any] | None:
 
 def table(folders: Sequence[Path], labels: Sequence[str]) -> str:
     """The claims as a markdown table: a column per folder (headed by ``labels``), each cell the EM difference with
-    its 95% CI and the verdict."""
+    its 95% CI and the verdict, and under it the rule and the families."""
     lines = [
         "| claim | compared | " + " | ".join(labels) + " |",
         "|---|---|" + "---|" * len(labels),
@@ -78,4 +75,9 @@ def table(folders: Sequence[Path], labels: Sequence[str]) -> str:
         ]
         compared = f"{claim['a']} - {claim['b']}"
         lines.append(f"| {claim['claim']} | {compared} | " + " | ".join(cells) + " |")
+    families = "; ".join(f"{label}: {len(plan.planned(folder))}" for label, folder in zip(labels, folders, strict=True))
+    lines.append(
+        f"\nVerdicts: {family.RULE}; each column's family is the comparisons planned on its folder ({plan.PLAN}; "
+        f"{families})."
+    )
     return "\n".join(lines)

@@ -6,8 +6,8 @@ records. ``value`` writes the text of one; the kinds:
 
 - ``table FOLDER BASELINE``: the folder's comparison table (``runs.table``);
 - ``em``, ``f1``, ``acc``, ``recall``, ``context``, ``calls``, ``n`` ``FOLDER RUN``: one run's score;
-- ``diff FOLDER RUN BASELINE``: its EM minus the baseline's with the paired 95% CI, adjusted with the folder's other
-  differences against that baseline as in the table (``runs.compared``);
+- ``diff FOLDER RUN BASELINE``: its EM minus the baseline's with the paired 95% CI, from the folder's planned
+  family as in the table (``plan.py``, ``runs.compared``);
 - ``behaviour FOLDER``: each run's defining behaviour (``Method.behaviour``, the means of its records' values), a
   table beside the folder's ``table``;
 - ``share`` and ``mean`` ``FOLDER RUN NAME``: the mean of one of its behaviour values (``Method.behaviour``) as a
@@ -20,7 +20,8 @@ records. ``value`` writes the text of one; the kinds:
   (``graders.table``); ``grader FOLDER ROW SCORE`` one of its scores (``graders.scores``: ``accuracy``, ``auc``, ...);
 - ``documents FOLDER PART ...``: a documents benchmark's tables and numbers, made again from every question's
   committed answer (``documents.directive``);
-- ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables as one family (``core_claims``);
+- ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables, each in its folder's planned family
+  (``core_claims``);
 - ``rule``: the rule by which a family's differences are called real (``family.RULE``);
 - ``engine FILE PART``: the engine's table against llama.cpp kept as ``FILE`` (``benchmarks/engine_table.py``),
   or the date and machine it was made on (``PART`` ``table`` or ``made``; ``engine.directive``);
@@ -31,8 +32,8 @@ records. ``value`` writes the text of one; the kinds:
 - ``made FOLDER``: the date and machine (CPU model and code-path flags) the folder's runs were made on, each with
   its runs where they were made on several;
 - ``command FOLDER``: the command that made them, as code;
-- ``compiled FOLDER``: each method's compiled runs against its uncompiled one, EM and F1, the EM differences one
-  family; ``against FOLDER OPTIMIZER``: the same against each method's run under ``OPTIMIZER``.
+- ``compiled FOLDER``: each method's compiled runs against its uncompiled one, EM and F1, the EM differences from
+  the folder's planned family; ``against FOLDER OPTIMIZER``: the same against each method's run under ``OPTIMIZER``.
 
 A directive that names no published folder, or checks its folders itself, is in ``ANYWHERE``; the others, whose
 first argument is a published folder checked before they run, in ``ON_FOLDER``. A folder's records are read once
@@ -48,7 +49,7 @@ from pathlib import Path
 
 from ragscale.experiments import family
 from ragscale.experiments.paired import format_ci
-from ragscale.published import core_claims
+from ragscale.published import core_claims, plan
 from ragscale.published.documents import directive
 from ragscale.published.engine import directive as engine_directive
 
@@ -71,14 +72,6 @@ SCORES = {
 
 class DirectiveError(ValueError):
     """A directive that names no known kind, folder or run; the message says which and where."""
-
-
-@cache
-def _compared(folder: str, baseline: str) -> dict:
-    """Each run by name, in the table's order, with its EM against the baseline's (``ci``), as its table pairs it."""
-    from ragscale.published.runs import compared
-
-    return compared(RESULTS / folder, baseline)
 
 
 def _published(folder: str) -> bool:
@@ -251,7 +244,7 @@ def _sweep(kind: str, args: list[str]) -> str:
 
 
 def _diff(kind: str, args: list[str]) -> str:
-    return format_ci(_compared(args[0], args[2])[args[1]]["ci"])
+    return format_ci(plan.compared(RESULTS / args[0], args[1], args[2]))
 
 
 def _behaviour_value(kind: str, args: list[str]) -> str:

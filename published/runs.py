@@ -31,6 +31,7 @@ from ragscale.experiments.runner import PROGRAM
 from ragscale.experiments.sweep.adopt import MANIFEST, read_records
 from ragscale.experiments.sweep.ledger import run_records
 from ragscale.programs import PROGRAMS
+from ragscale.published import plan
 
 KEPT = (
     "id", "prediction", "answers", "em", "f1", "acc", "retrieval_recall", "passage_ids", "lm_calls", "input_tokens",
@@ -46,13 +47,16 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
     """Copy the finished runs ``run_ids`` of the store in ``runs_dir`` to ``folder`` (see the module docstring),
     beside the runs the folder already holds: a run of the same row and optimizer replaces its row, the others
     stay, so a table measured over several sittings, or machines, gathers in one folder (each run keeps the
-    machine and date it was made on)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    machine, commit and date it was made on). A run made from a checkout with uncommitted changes is refused
+    (``refuse_dirty``), before anything is written."""
     client = tracking.client(runs_dir)
+    found = [client.get_run(run_id) for run_id in run_ids]
+    for run in found:  # every run checked before anything is written
+        refuse_dirty(made(run), f"run {run.info.run_id} ({row_of(run.data.params)}-{run.data.params['optimizer']})")
+    folder.mkdir(parents=True, exist_ok=True)
     runs = load_manifest(folder)["runs"] if (folder / MANIFEST).exists() else {}
-    for run_id in run_ids:
-        run = client.get_run(run_id)
-        params = run.data.params
+    for run in found:
+        run_id, params = run.info.run_id, run.data.params
         name = f"{row_of(params)}-{params['optimizer']}"
         write_records(folder / f"{name}.jsonl.gz", runs_dir, run_id, name)
         if params["optimizer"] != "none":  # what compiling learned: its demonstrations and instructions
@@ -70,6 +74,17 @@ def write_records(path: Path, runs_dir: Path, run_id: str, name: str) -> None:
     if records is None:
         raise FileNotFoundError(f"run {run_id} ({name}) has no per-question records to publish")
     write_jsonl_gz(path, ({k: r.get(k) for k in KEPT} for r in records))
+
+
+def refuse_dirty(made_by: dict, what: str) -> None:
+    """Refuse to publish ``what``, made as ``made_by`` says (``made``, ``made_here``), when its checkout had
+    uncommitted changes: a published result names the commit whose code made it, and a dirty tree's code is no
+    commit's."""
+    if made_by.get("git_dirty") == "true":
+        raise ValueError(
+            f"{what} was made from a checkout with uncommitted changes (on commit {made_by.get('git_commit')}); "
+            "commit them and run it again: a published result names the code that made it"
+        )
 
 
 def provenance(made_by: dict[str, str | None], command: str) -> dict[str, Any]:
@@ -99,11 +114,13 @@ def publish_rows(
     ``<name>.jsonl.gz``, and a manifest of the ``command``, the machine and commit (``made_by``, by default
     ``made_here()``), each row's settings (``rows``: ``params``, ``metrics``, ...) and what else the benchmark says
     of itself (``about``: its settings, its set-up's costs), so that ``load`` and the page directives ``made`` and
-    ``command`` read it. A row the folder held before and ``records`` lacks is removed."""
+    ``command`` read it. A row the folder held before and ``records`` lacks is removed. Rows made from a checkout
+    with uncommitted changes are refused (``refuse_dirty``)."""
+    made_by = made_by or made_here()
+    refuse_dirty(made_by, f"{folder.name}'s rows")
     folder.mkdir(parents=True, exist_ok=True)
     for stale in set(folder.glob("*.jsonl.gz")) - {folder / f"{name}.jsonl.gz" for name in records}:
         stale.unlink()
-    made_by = made_by or made_here()
     for name, kept_rows in records.items():
         write_jsonl_gz(folder / f"{name}.jsonl.gz", ({k: r.get(k) for k in kept} for r in kept_rows))
     runs = {name: {**row, "made": made_by} for name, row in rows.items()}
@@ -173,53 +190,59 @@ def points_by_run(records: dict[str, list[dict]], score: str = "em") -> dict[str
     return {name: {r["id"]: 100.0 * r[score] for r in rows} for name, rows in records.items()}
 
 
-def compared(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> dict[str, dict[str, Any]]:
+def compared(folder: Path, baseline: str) -> dict[str, dict[str, Any]]:
     """Each run in ``folder`` by name: its params, its scores re-derived from its records
     (``evaluate.record_scores``), its questions per minute (the manifest's, a timing), and its EM against the run
-    named ``baseline``, paired over question ids and adjusted with the folder's other differences as one family
-    (``ci``: None for the baseline)."""
+    named ``baseline``, paired over question ids, from the folder's planned family (``ci``: ``plan.compared``;
+    None for the baseline)."""
     manifest, records = load(folder)
     if baseline not in records:
         raise KeyError(f"{folder}: no run named {baseline!r}; its runs: {', '.join(records)}")
-    em = points_by_run(records)
-    names = ordered(manifest["runs"])
-    cis = family.adjust(
-        [None if name == baseline else paired_bootstrap(em[name], em[baseline], resamples=resamples, seed=seed)
-         for name in names]
-    )  # fmt: skip
     return {
         name: {
             "params": manifest["runs"][name]["params"],
             "scores": record_scores(records[name]),
             "questions_per_minute": manifest["runs"][name]["metrics"]["questions_per_minute"],
-            "ci": ci,
+            "ci": None if name == baseline else plan.compared(folder, name, baseline),
         }
-        for name, ci in zip(names, cis, strict=True)
+        for name in ordered(manifest["runs"])
     }
 
 
-def table(folder: Path, baseline: str, *, resamples: int = 2000, seed: int = 0) -> str:
+def table(folder: Path, baseline: str) -> str:
     """The markdown table of the runs in ``folder`` against the run named ``baseline``, every number but questions
-    per minute re-derived from the records (``compared``)."""
+    per minute re-derived from the records (``compared``), and under it the family its stars come from."""
     lines = [
         "| method | optimizer | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q | effective context / q "
         "| q / min |",
         "|---|---|--:|---|--:|--:|--:|--:|--:|--:|",
     ]
-    for name, run in compared(folder, baseline, resamples=resamples, seed=seed).items():
+    for name, run in compared(folder, baseline).items():
         scores, params = run["scores"], run["params"]
         recall = "" if scores["retrieval_recall"] is None else f"{scores['retrieval_recall']:.1f}"
         cells = [row_of(params), params["optimizer"], f"{scores['em']:.1f}", format_ci(run["ci"], name == baseline),
                  f"{scores['f1']:.1f}", f"{scores['acc']:.1f}", recall, f"{scores['lm_calls_per_question']:.2f}",
                  f"{scores[EFFECTIVE_CONTEXT]:,.0f}", f"{run['questions_per_minute']:.1f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + f"\n\n`*`: {plan.caption(folder)}."
+
+
+def plan_table(folder: Path, baseline: str) -> list[tuple[str, str]]:
+    """Add to ``folder``'s plan (``plan.py``; made where it has none) each of its runs against ``baseline`` that it
+    lacks, the comparisons of the folder's table, and write it; the comparisons added. Publishing a table does this,
+    so that a sitting's new rows enter the family with the table they join."""
+    pairs = plan.planned(folder) if (folder / plan.PLAN).is_file() else []
+    named = {frozenset(pair) for pair in pairs}
+    added = [(name, baseline) for name in ordered(load_manifest(folder)["runs"]) if name != baseline]
+    added = [pair for pair in added if frozenset(pair) not in named]
+    plan.write(folder, [*pairs, *added])
+    return added
 
 
 def compiled_table(folder: Path, against: str = "none") -> str:
     """Each method's runs in ``folder`` against its run under the optimizer ``against`` (by default its uncompiled
-    run), paired over question ids: EM, whose differences are one family (``family.adjust``), and F1 beside it,
-    adjusted as its own."""
+    run), paired over question ids: EM from the folder's planned family (``plan.compared``), and F1 beside it,
+    adjusted as its own and never marked."""
     manifest, records = load(folder)
     params = {name: run["params"] for name, run in manifest["runs"].items()}
     pairs = [
@@ -227,13 +250,10 @@ def compiled_table(folder: Path, against: str = "none") -> str:
         for name in ordered(manifest["runs"])
         if params[name]["optimizer"] != against and f"{row_of(params[name])}-{against}" in records
     ]
-
-    def adjusted(score: str) -> list:
-        points = points_by_run(records, score)
-        return family.adjust([paired_bootstrap(points[a], points[b]) for a, b in pairs])
-
+    f1 = points_by_run(records, "f1")
+    f1_cis = family.adjust([paired_bootstrap(f1[a], f1[b]) for a, b in pairs])
     lines = ["| method | optimizer | dEM [95% CI] | dF1 [95% CI] |", "|---|---|---|---|"]
-    for (name, _), em, f1 in zip(pairs, adjusted("em"), adjusted("f1"), strict=True):
-        lines.append(f"| {row_of(params[name])} | {params[name]['optimizer']} | {format_ci(em)} | "
-                     f"{format_ci(f1, mark=False)} |")  # fmt: skip
-    return "\n".join(lines)
+    for (name, base), f1_ci in zip(pairs, f1_cis, strict=True):
+        lines.append(f"| {row_of(params[name])} | {params[name]['optimizer']} | "
+                     f"{format_ci(plan.compared(folder, name, base))} | {format_ci(f1_ci, mark=False)} |")  # fmt: skip
+    return "\n".join(lines) + f"\n\n`*`: {plan.caption(folder)}."

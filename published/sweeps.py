@@ -44,7 +44,7 @@ from ragscale.experiments.sweep.report import (
 )
 from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.scores import read
-from ragscale.published.runs import made, points_by_run, write_records
+from ragscale.published.runs import made, points_by_run, refuse_dirty, write_records
 
 SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question")
 """The fields of a row that its records give again: the rest (timings, estimates) are the manifest's."""
@@ -76,15 +76,24 @@ class Sweep:
 
 def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> Path:
     """Copy the finished rows of the sweep whose results are in ``sweep_dir`` (its runs in the store ``runs_dir``,
-    or adopted) to ``folder``, keeping the rows the folder already holds (see the module docstring)."""
+    or adopted) to ``folder``, keeping the rows the folder already holds (see the module docstring). A new row
+    made from a checkout with uncommitted changes is refused (``runs.refuse_dirty``), before anything is written."""
     results = read(Path(sweep_dir) / RESULTS)
     if "dataset" not in results:
         raise ConfigError(
             f"{Path(sweep_dir) / RESULTS}: names no dataset (written by an older ragscale); rerun the sweep"
         )
     earlier = manifest_of(folder) if (folder / MANIFEST).exists() else {"rows": {}, "oracle": {}}
-    folder.mkdir(parents=True, exist_ok=True)
     client = tracking.client(runs_dir)
+    new: dict[tuple[str, str], tuple[Row, dict]] = {}  # each new row checked before anything is written
+    for part in ("rows", "oracle"):
+        for values in results[part]:
+            row = Row.from_json(values, source=str(Path(sweep_dir) / RESULTS))
+            kept = earlier[part].get(file_label(row.label))
+            if row.measured and (kept is None or kept["run_id"] != row.run_id):
+                new[part, file_label(row.label)] = row, made(client.get_run(row.run_id))
+                refuse_dirty(new[part, file_label(row.label)][1], f"{row.label} (run {row.run_id})")
+    folder.mkdir(parents=True, exist_ok=True)
     published: dict[str, dict[str, dict]] = {"rows": {}, "oracle": {}}
     for part, rows in published.items():
         for values in results[part]:
@@ -93,9 +102,9 @@ def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> P
                 continue
             name = file_label(row.label)
             kept = earlier[part].get(name)
-            if kept is None or kept["run_id"] != row.run_id:
+            if (part, name) in new:
                 write_records(folder / f"{name}.jsonl.gz", runs_dir, row.run_id, row.label)
-                kept = {**row.to_json(), "made": made(client.get_run(row.run_id))}
+                kept = {**row.to_json(), "made": new[part, name][1]}
             rows[name] = kept
     for stale in set(earlier["rows"]) | set(earlier["oracle"]):
         if stale not in published["rows"] and stale not in published["oracle"]:

@@ -43,3 +43,12 @@ def data_dir(tmp_path) -> Path:
     for split, ids in (("train", range(4)), ("dev", range(4, 7))):
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(record(i)) + "\n" for i in ids))
     return tmp_path / "data"
+
+
+@pytest.fixture
+def clean_checkout():
+    """Runs made in the test record a clean checkout (``doubles.clean_checkout``)."""
+    from doubles import clean_checkout
+
+    with clean_checkout():
+        yield

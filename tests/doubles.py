@@ -1,5 +1,6 @@
 """Test doubles shared by several test modules (``pythonpath = ["tests"]`` makes them importable as ``doubles``)."""
 
+import contextlib
 import json
 import threading
 
@@ -258,3 +259,19 @@ def refused(argv: list[str], capsys) -> str:
     assert exited.value.code == 2
     assert set(engines._SHARED) == loaded, "a model was loaded before the input was refused"
     return capsys.readouterr().err
+
+
+CLEAN_CHECKOUT = {"git_commit": "0" * 40, "git_dirty": "false"}
+
+
+@contextlib.contextmanager
+def clean_checkout(state: dict = CLEAN_CHECKOUT):
+    """Runs made (and rows published) inside record the checkout ``state`` (by default a clean one), whatever the
+    state of the checkout the tests run from: publishing refuses a dirty tree's runs (``runs.refuse_dirty``)."""
+    from ragscale.experiments import provenance
+    from ragscale.published import runs
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (provenance, runs):
+            patch.setattr(module, "git_state", lambda path=None: dict(state))
+        yield

@@ -34,6 +34,7 @@ def test_without_option_scores_there_is_no_separation_and_a_margin_is_log_p_rele
     assert record("q1/Paris", "relevant", "relevant", None)["margin"] is None
 
 
+@pytest.mark.usefixtures("clean_checkout")
 def test_a_published_folder_makes_the_same_table_and_a_changed_grade_changes_it(tmp_path, monkeypatch):
     rows = {
         "labeled": {"params": {"optimizer": "labeled", "demo_grades": {"relevant": 2, "irrelevant": 2}},

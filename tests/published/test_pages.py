@@ -53,21 +53,31 @@ def test_result_shaped_numbers_outside_directives_and_code_are_found_with_their_
     assert typed_numbers(text) == [(1, "27.0"), (6, "92%")]
 
 
-def test_the_core_claims_are_one_family_across_tables_each_decided_by_em_in_its_direction():
+def test_the_core_claims_are_decided_in_their_folders_planned_family_by_em_in_its_direction(tmp_path):
+    import shutil
+
+    from ragscale.published import plan
     from ragscale.published.core_claims import check
     from ragscale.published.directives import RESULTS
 
-    demo = RESULTS / "demo-qwen2.5-coder-0.5b"
-    found = {c["claim"]: c["found"]["demo-qwen2.5-coder-0.5b"] for c in check([demo])}
-    retrieval = found["retrieval beats closed-book"]
+    demo = tmp_path / "demo-qwen2.5-coder-0.5b"
+    shutil.copytree(RESULTS / demo.name, demo)
+    plan.write(demo, [("rag-none", "closed-book-none")])
+    with pytest.raises(ValueError, match=r"drag-bootstrap - rag-none is not in its plan.json"):
+        check([demo])  # a claim its folder did not plan has no family
+    plan.write(demo, [("closed-book-none", "rag-none"), ("drag-bootstrap", "rag-none"),
+                      ("iterdrag-bootstrap", "drag-bootstrap")])  # fmt: skip
+    found = {c["claim"]: c["found"][demo.name] for c in check([demo])}
+    retrieval = found["retrieval beats closed-book"]  # planned the other way round: turned
     assert retrieval["verdict"] == "held" and retrieval["ci"].diff == 19.0 and retrieval["ci"].p_adjusted < 0.05
     drag = found["demonstrations with their documents beat RAG's (DRAG)"]
     assert drag["verdict"] == "not shown" and drag["ci"].diff == -2.0  # 25.0 against 27.0
     assert found["retrieval bounds the reader: the gold paragraphs beat RAG"] is None  # the demo has no oracle rows
-    twice = {c["claim"]: c["found"] for c in check([demo, demo])}["retrieval beats closed-book"]
-    assert twice["demo-qwen2.5-coder-0.5b"]["ci"].p_adjusted >= retrieval["ci"].p_adjusted  # a larger family
-    written = render("<!--= claims demo=demo-qwen2.5-coder-0.5b -->x<!--/-->")
-    assert "| retrieval beats closed-book | rag-none - closed-book-none | +19.0 [+11.0, +27.0] *: held |" in written
+    plan.write(demo, [("closed-book-none", "rag-none"), ("drag-bootstrap", "rag-none"),
+                      ("iterdrag-bootstrap", "drag-bootstrap"), ("drag-bootstrap", "closed-book-none")])  # fmt: skip
+    larger = {c["claim"]: c["found"][demo.name] for c in check([demo])}["retrieval beats closed-book"]
+    assert larger["ci"].p_adjusted > retrieval["ci"].p_adjusted  # a larger family raises the bar
+    plan.adjusted.cache_clear()
 
 
 def test_a_folder_made_on_two_machines_says_which_rows_each_made(tmp_path, monkeypatch):
@@ -116,7 +126,7 @@ def test_a_published_folders_runs_are_paired_with_their_uncompiled_run_or_anothe
 
     from ragscale.experiments.files import write_jsonl_gz
     from ragscale.experiments.sweep.adopt import MANIFEST, read_records
-    from ragscale.published import directives
+    from ragscale.published import directives, plan
 
     folder = tmp_path / "published"
     shutil.copytree(directives.RESULTS / "core-hotpotqa-qwen2.5-coder-0.5b", folder)
@@ -128,10 +138,12 @@ def test_a_published_folders_runs_are_paired_with_their_uncompiled_run_or_anothe
     rag = manifest["runs"]["rag-none"]
     manifest["runs"]["rag-bootstrap"] = {**rag, "params": {**rag["params"], "optimizer": "bootstrap"}}
     (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    plan.write(folder, [*plan.planned(folder), ("rag-bootstrap", "rag-none")])
     monkeypatch.setattr(directives, "RESULTS", tmp_path)
 
     lines = render("<!--= compiled published -->x<!--/-->").splitlines()
     assert lines[3:5] == ["|---|---|---|---|", "| rag | bootstrap | -0.2 [-0.6, +0.0] | -0.2 [-0.6, +0.0] |"]
-    assert len(lines) == 7  # DRAG and IterDRAG have no uncompiled run to pair with: no row
+    assert len(lines) == 9  # DRAG and IterDRAG have no uncompiled run to pair with: no row
+    assert lines[6].endswith("the 8 comparisons planned on `published` (plan.json).")
     lines = render("<!--= against published bootstrap -->x<!--/-->").splitlines()
     assert lines[4:6] == ["| rag | none | +0.2 [+0.0, +0.6] | +0.2 [+0.0, +0.6] |", ""]  # each against its bootstrap

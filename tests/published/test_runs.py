@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from doubles import SCRIPT, scripted_lm
+from doubles import SCRIPT, clean_checkout, scripted_lm
 
 from ragscale.experiments.config import RunConfig
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
@@ -15,7 +15,10 @@ from ragscale.experiments.oracle import OracleRetriever
 from ragscale.experiments.parts import load_examples
 from ragscale.experiments.runner import run_experiment
 from ragscale.experiments.sweep.adopt import MANIFEST
-from ragscale.published.runs import KEPT, load, publish, table
+from ragscale.published.plan import planned
+from ragscale.published.runs import KEPT, load, plan_table, publish, table
+
+pytestmark = pytest.mark.usefixtures("clean_checkout")
 
 
 def test_published_records_give_back_the_summary_and_the_table_pairs_them_against_the_baseline(tmp_path, data_dir):
@@ -48,7 +51,11 @@ def test_published_records_give_back_the_summary_and_the_table_pairs_them_agains
         assert second.read() == kept  # the same runs publish the same records
     assert (folder / MANIFEST).exists()
 
+    assert plan_table(folder, "closed-book-none") == [("rag-none", "closed-book-none"),
+                                                      ("oracle-gold-none", "closed-book-none")]  # fmt: skip
+    assert plan_table(folder, "closed-book-none") == []  # planned once
     lines = table(folder, "closed-book-none").splitlines()
+    assert lines[-1].endswith("the 2 comparisons planned on `published` (plan.json).")
     assert lines[2].startswith("| closed-book | none | ") and "| baseline |" in lines[2]
     rag = summaries[1]
     assert (
@@ -58,7 +65,8 @@ def test_published_records_give_back_the_summary_and_the_table_pairs_them_agains
     assert lines[4].startswith(f"| oracle-gold | none | {summaries[2]['em']:.1f} | ")
     backwards = publish(runs, [s["mlflow_run_id"] for s in reversed(summaries)], tmp_path / "b", command="pytest")
     assert list(load(backwards)[1]) == ["oracle-gold-none", "rag-none", "closed-book-none"]
-    assert table(backwards, "closed-book-none") == table(folder, "closed-book-none")  # shown in the table's order
+    plan_table(backwards, "closed-book-none")
+    assert table(backwards, "closed-book-none").replace("`b`", "`published`") == table(folder, "closed-book-none")
 
 
 def test_a_later_sitting_adopts_the_published_cells_and_refuses_one_made_otherwise(tmp_path, data_dir):
@@ -120,7 +128,20 @@ def test_a_methods_benchmarks_cells_are_published_in_their_tables_order(tmp_path
     manifest, records = load(tmp_path / "results" / "m")
     assert list(records) == ["closed-book-none", "rag-none", "rag-labeled"]  # the table's order, not the run's
     assert [manifest["runs"][name]["run_id"] for name in records] == [ran[1], ran[0], ran[2]]
+    assert planned(tmp_path / "results" / "m") == [("closed-book-none", "rag-none"), ("rag-labeled", "rag-none")]
     kept = sorted(path.name for path in (tmp_path / "results" / "m").glob("*.program.json"))
     assert kept == ["rag-labeled.program.json"]  # what compiling learned, beside the runs compiled
     program = json.loads((tmp_path / "results" / "m" / kept[0]).read_text(encoding="utf-8"))
     assert program["answer"]["demos"]
+
+
+def test_a_run_made_from_a_dirty_checkout_is_refused_before_anything_is_written(tmp_path, data_dir):
+    runs = tmp_path / "runs"
+    config = RunConfig(method="rag", dataset="hotpotqa", retriever="bm25", adapter="chat", docs=2, data_dir=data_dir,
+                       runs_dir=runs)  # fmt: skip
+    with clean_checkout({"git_commit": "abc", "git_dirty": "true"}):
+        dirty = run_experiment(config, lm=scripted_lm(SCRIPT), progress=False)["mlflow_run_id"]
+    clean = run_experiment(config, lm=scripted_lm(SCRIPT), progress=False)["mlflow_run_id"]
+    with pytest.raises(ValueError, match=rf"run {dirty} \(rag-none\) was made from a checkout with uncommitted"):
+        publish(runs, [clean, dirty], tmp_path / "published", command="pytest")
+    assert not (tmp_path / "published").exists()

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from doubles import tokenizer_lm
+from doubles import clean_checkout, tokenizer_lm
 
 from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError, RunConfig
@@ -78,13 +78,14 @@ def swept(tmp_path_factory, smollm2_tokenizer, examples):
     runs_dir = tmp_path_factory.mktemp("sweep") / "runs"
     lm = tokenizer_lm(smollm2_tokenizer, examples)
     reports: list[str] = []
-    result = run_sweep(
-        GRID,
-        base_config(runs_dir),
-        SweepOptions(progress=False),
-        Loaded(lm=lm, examples=examples, speed=SPEED),
-        report=reports.append,
-    )
+    with clean_checkout():  # its runs are published by the tests below
+        result = run_sweep(
+            GRID,
+            base_config(runs_dir),
+            SweepOptions(progress=False),
+            Loaded(lm=lm, examples=examples, speed=SPEED),
+            report=reports.append,
+        )
     return result, reports, runs_dir
 
 
