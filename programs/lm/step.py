@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ragscale.programs.lm.attention import NAME
-from ragscale.programs.lm.layouts import GROUP, Int4Linear, Int8Linear
+from ragscale.programs.lm.layouts import Int4Linear, Int8Linear
 
 ARCHITECTURES = ("llama", "qwen2")
 
@@ -62,6 +62,7 @@ class Fused(torch.nn.Module):
     def __init__(self, layers: list[torch.nn.Module]) -> None:
         super().__init__()
         self.kind = {Int4Linear: "int4", Int8Linear: "int8"}.get(type(layers[0]), "dense")
+        self.quantised = type(layers[0])  # whose ``product`` a quantised kind runs
         names = {"int4": ("qweight", "scales_zeros"), "int8": ("qweight", "scale")}.get(self.kind, ("weight",))
         sizes = [layer.out_features for layer in layers]
         for name in names:
@@ -90,11 +91,8 @@ class Fused(torch.nn.Module):
             start += n
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kind == "int8":
-            y = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.qweight, self.scale).to(x.dtype)
-        elif self.kind == "int4":
-            y = torch._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.qweight, GROUP, self.scales_zeros)
-            y = y.to(x.dtype)
+        if self.kind != "dense":  # the layers' own kernel, on the fused tensors of the same names
+            y = self.quantised.product(self, x.to(torch.bfloat16)).to(x.dtype)
         else:
             y = torch.nn.functional.linear(x, self.weight)
         return y if self.bias is None else y + self.bias
