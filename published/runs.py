@@ -39,6 +39,9 @@ KEPT = (
 )  # fmt: skip
 """The fields of a per-question record that are committed: what re-derives a run's scores and says what it saw and
 asked (the follow-ups of a method that decomposes, with their answers, which also calibrate a sweep's estimates)."""
+SUPERSEDED = "superseded"
+"""A manifest's list of the entries later ones replaced, each whole, in the order they went: manifests are
+append-only, so a correction or a re-run is a new entry and the one before stays readable."""
 MADE = ("cpu", "cpu_flags", "gpu", "git_commit", "git_dirty")
 """What a run recorded of where it was made (``provenance.py``): the machine and the commit."""
 
@@ -54,17 +57,45 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
     for run in found:  # every run checked before anything is written
         refuse_dirty(made(run), f"run {run.info.run_id} ({row_of(run.data.params)}-{run.data.params['optimizer']})")
     folder.mkdir(parents=True, exist_ok=True)
-    runs = load_manifest(folder)["runs"] if (folder / MANIFEST).exists() else {}
+    earlier = load_manifest(folder) if (folder / MANIFEST).exists() else {"runs": {}}
+    runs, superseded = dict(earlier["runs"]), list(earlier.get(SUPERSEDED, []))
     for run in found:
         run_id, params = run.info.run_id, run.data.params
         name = f"{row_of(params)}-{params['optimizer']}"
+        made_by = made(run)
+        if runs.get(name, {}).get("run_id") == run_id:
+            continue  # published already: its entry stands as it was
+        before = predictions(folder / f"{name}.jsonl.gz")
         write_records(folder / f"{name}.jsonl.gz", runs_dir, run_id, name)
         if params["optimizer"] != "none":  # what compiling learned: its demonstrations and instructions
             shutil.copyfile(tracking.artifact_path(runs_dir, run_id, PROGRAM), folder / f"{name}.program.json")
-        made_by = made(run)
-        runs[name] = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics), "made": made_by}
-    write_json(folder / MANIFEST, {**provenance(made_by, command), "runs": runs}, indent=2)
+        entry = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics), "made": made_by,
+                 "command": command}  # fmt: skip
+        runs[name] = supersede(runs.get(name), entry, superseded, name, before, folder / f"{name}.jsonl.gz")
+    write_json(folder / MANIFEST, {**provenance(made_by, command), "runs": runs, SUPERSEDED: superseded}, indent=2)
     return folder
+
+
+def supersede(
+    earlier: dict | None, entry: dict, superseded: list[dict], name: str, before: dict | None, records: Path
+) -> dict:  # fmt: skip
+    """``entry``, published as ``name`` in place of ``earlier`` (None: a new row): a manifest is append-only, so
+    the entry replaced goes, whole, to the end of ``superseded``, and the new one says which run it replaces and
+    whether its predictions (``records``, now written) are those of the one before (``before``)."""
+    if earlier is None or earlier == entry:
+        return entry
+    superseded.append({"name": name, **earlier})
+    same = before is not None and before == predictions(records)
+    return {**entry, "replaces": {"run_id": earlier.get("run_id"), "same_predictions": same}}
+
+
+def predictions(path: Path) -> list | None:
+    """Each record's id and prediction (the record itself where it has none: a grade, a kept chunk) in the published
+    records at ``path``, in an order that does not depend on which question finished first; None where there are
+    none."""
+    if not path.is_file():
+        return None
+    return sorted(json.dumps([r.get("id"), r.get("prediction", r)], sort_keys=True) for r in read_records(path))
 
 
 def write_records(path: Path, runs_dir: Path, run_id: str, name: str) -> None:
@@ -119,12 +150,20 @@ def publish_rows(
     made_by = made_by or made_here()
     refuse_dirty(made_by, f"{folder.name}'s rows")
     folder.mkdir(parents=True, exist_ok=True)
+    earlier = load_manifest(folder) if (folder / MANIFEST).exists() else {"runs": {}}
+    superseded = list(earlier.get(SUPERSEDED, []))
+    superseded += [{"name": name, **entry} for name, entry in earlier["runs"].items() if name not in rows]
     for stale in set(folder.glob("*.jsonl.gz")) - {folder / f"{name}.jsonl.gz" for name in records}:
         stale.unlink()
+    before = {name: predictions(folder / f"{name}.jsonl.gz") for name in records}
     for name, kept_rows in records.items():
         write_jsonl_gz(folder / f"{name}.jsonl.gz", ({k: r.get(k) for k in kept} for r in kept_rows))
-    runs = {name: {**row, "made": made_by} for name, row in rows.items()}
-    write_json(folder / MANIFEST, {**provenance(made_by, command), **(about or {}), "runs": runs}, indent=2)
+    runs = {}
+    for name, row in rows.items():
+        entry, path = {**row, "made": made_by, "command": command}, folder / f"{name}.jsonl.gz"
+        runs[name] = supersede(earlier["runs"].get(name), entry, superseded, name, before.get(name), path)
+    manifest = {**provenance(made_by, command), **(about or {}), "runs": runs, SUPERSEDED: superseded}
+    write_json(folder / MANIFEST, manifest, indent=2)
     return folder
 
 

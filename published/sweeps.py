@@ -44,7 +44,7 @@ from ragscale.experiments.sweep.report import (
 )
 from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.scores import read
-from ragscale.published.runs import made, points_by_run, refuse_dirty, write_records
+from ragscale.published.runs import SUPERSEDED, made, points_by_run, predictions, refuse_dirty, supersede, write_records
 
 SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question")
 """The fields of a row that its records give again: the rest (timings, estimates) are the manifest's."""
@@ -95,6 +95,7 @@ def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> P
                 refuse_dirty(new[part, file_label(row.label)][1], f"{row.label} (run {row.run_id})")
     folder.mkdir(parents=True, exist_ok=True)
     published: dict[str, dict[str, dict]] = {"rows": {}, "oracle": {}}
+    superseded = list(earlier.get(SUPERSEDED, []))
     for part, rows in published.items():
         for values in results[part]:
             row = Row.from_json(values, source=str(Path(sweep_dir) / RESULTS))
@@ -103,12 +104,18 @@ def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> P
             name = file_label(row.label)
             kept = earlier[part].get(name)
             if (part, name) in new:
-                write_records(folder / f"{name}.jsonl.gz", runs_dir, row.run_id, row.label)
-                kept = {**row.to_json(), "made": new[part, name][1]}
+                path = folder / f"{name}.jsonl.gz"
+                before = predictions(path)
+                write_records(path, runs_dir, row.run_id, row.label)
+                entry = {**row.to_json(), "made": new[part, name][1], "command": command}
+                kept = supersede(kept, entry, superseded, f"{part}/{name}", before, path)
             rows[name] = kept
-    for stale in set(earlier["rows"]) | set(earlier["oracle"]):
-        if stale not in published["rows"] and stale not in published["oracle"]:
-            (folder / f"{stale}.jsonl.gz").unlink(missing_ok=True)
+    for part in ("rows", "oracle"):
+        for stale, entry in earlier[part].items():
+            if stale not in published["rows"] and stale not in published["oracle"]:
+                (folder / f"{stale}.jsonl.gz").unlink(missing_ok=True)
+            if stale not in published[part]:
+                superseded.append({"name": f"{part}/{stale}", **entry})
     if not published["rows"]:
         raise FileNotFoundError(f"{sweep_dir}: no configuration of the sweep finished; nothing to publish")
     manifest = {
@@ -118,6 +125,7 @@ def publish(sweep_dir: Path, runs_dir: Path, folder: Path, *, command: str) -> P
         "lm": results["lm"],
         "grid": results["grid"],
         **published,
+        SUPERSEDED: superseded,
     }
     write_json(folder / MANIFEST, manifest, indent=2)
     copy_compiled(Path(sweep_dir), folder)

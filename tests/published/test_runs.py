@@ -145,3 +145,23 @@ def test_a_run_made_from_a_dirty_checkout_is_refused_before_anything_is_written(
     with pytest.raises(ValueError, match=rf"run {dirty} \(rag-none\) was made from a checkout with uncommitted"):
         publish(runs, [clean, dirty], tmp_path / "published", command="pytest")
     assert not (tmp_path / "published").exists()
+
+
+def test_a_rerun_of_a_row_is_a_new_entry_and_the_one_it_replaces_stays_whole_in_superseded(tmp_path, data_dir):
+    runs = tmp_path / "runs"
+    config = RunConfig(method="rag", dataset="hotpotqa", retriever="bm25", adapter="chat", docs=2, data_dir=data_dir,
+                       runs_dir=runs)  # fmt: skip
+    first = run_experiment(config, lm=scripted_lm(SCRIPT), progress=False)["mlflow_run_id"]
+    folder = publish(runs, [first], tmp_path / "published", command="first sitting")
+    entry = load(folder)[0]["runs"]["rag-none"]
+    assert entry["command"] == "first sitting" and "replaces" not in entry
+    publish(runs, [first], folder, command="the same run again")
+    assert load(folder)[0]["runs"]["rag-none"] == entry and load(folder)[0]["superseded"] == []  # nothing new
+
+    again = run_experiment(config, lm=scripted_lm(SCRIPT), progress=False, fresh=True)["mlflow_run_id"]
+    publish(runs, [again], folder, command="a re-run")
+    manifest = load(folder)[0]
+    assert manifest["superseded"] == [{"name": "rag-none", **entry}]
+    rerun = manifest["runs"]["rag-none"]
+    assert rerun["run_id"] == again and rerun["command"] == "a re-run"
+    assert rerun["replaces"] == {"run_id": first, "same_predictions": True}  # the scripted LM answers alike
