@@ -18,7 +18,9 @@ peak resident memory so far, in GB: the run's own peak when it is the process's 
 of the local LM's weights as loaded, packed copies included; None for a server LM), corpus (``{"name", "passages",
 "sha256"}`` of the corpus searched, None for a run that retrieves nothing), behaviour (``{name: mean}`` of the
 method's defining step per question, see ``ragscale.programs.behaviour``: rates 0-1, counts per question; ``{}`` for
-closed-book, RAG and DRAG), resumed (the questions carried over from an earlier, killed or failed, attempt of the
+closed-book, RAG and DRAG), held_back_behaviour (``{name: mean}`` of each behaviour the method has a floor for, on
+the training questions held back from compiling: ``optimizers/floors.py``; ``{}`` when nothing was compiled or the
+method has no floors), resumed (the questions carried over from an earlier, killed or failed, attempt of the
 same run: their records are counted like the others, but questions_per_minute counts only the questions answered in
 this attempt), mlflow_run_id, model_uri (the compiled program as an MLflow model, ``runs:/<id>/model``: ``model.py``;
 None when the run logged none).
@@ -61,8 +63,8 @@ SUMMARY_KEYS = (
     "method", "dataset", "optimizer", "lm", "docs", "shots", "iterations", "n", "failed", "em", "f1", "acc",
     "retrieval_recall", "lm_calls_per_question", EFFECTIVE_CONTEXT, "output_tokens_per_question",
     "questions_per_minute", "eval_s", "compile_s", "compile_lm_calls", "compile_input_tokens",
-    "compile_output_tokens", "wall_s", "peak_rss_gb", "weights_gb", "corpus", "behaviour", "resumed",
-    "mlflow_run_id", "model_uri",
+    "compile_output_tokens", "wall_s", "peak_rss_gb", "weights_gb", "corpus", "behaviour", "held_back_behaviour",
+    "resumed", "mlflow_run_id", "model_uri",
 )  # fmt: skip
 
 PREDICTIONS = "predictions.jsonl"
@@ -281,10 +283,10 @@ def summarize(
     corpus: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run summary (see the module docstring); failed questions count as 0 in the score means.
-    ``compile_usage`` (the counts of the LM calls compiling made: calls, input_tokens, output_tokens) gives the
-    compile_* counts, 0 without it. ``resumed`` of the records were carried over from an earlier attempt.
-    ``corpus`` is what the run retrieved from (its ``CorpusIdentity`` as a dict), None for a run that retrieves
-    nothing."""
+    ``compile_usage`` (the counts of the LM calls compiling made: calls, input_tokens, output_tokens; and the
+    ``held_back_behaviour`` measured after) gives the compile_* counts, 0 without it. ``resumed`` of the records
+    were carried over from an earlier attempt. ``corpus`` is what the run retrieved from (its ``CorpusIdentity`` as
+    a dict), None for a run that retrieves nothing."""
     usage = compile_usage or {"calls": 0, "input_tokens": 0, "output_tokens": 0}
     n = len(records)
     scores = record_scores(records)
@@ -309,6 +311,7 @@ def summarize(
         "weights_gb": None if weights_bytes is None else round(weights_bytes / 1e9, 3),
         "corpus": dict(corpus) if corpus else None,
         "behaviour": scores["behaviour"],
+        "held_back_behaviour": dict((compile_usage or {}).get("held_back_behaviour") or {}),
         "resumed": resumed,
         "mlflow_run_id": run_id,
         "model_uri": None,

@@ -263,7 +263,8 @@ def _compiled(
 ) -> tuple[Any, Mapping[str, Any]]:
     """``program`` compiled, and what compiling cost: the one a resumed run saved, else ``compiled``'s state loaded,
     else compiled here on ``train`` (``_compile_here``) with the reader ``(lm, adapter)``; one compiled or loaded
-    now is saved in ``work`` with its cost."""
+    now is saved in ``work`` with its cost, and the means its floors were checked on are logged as the run's params
+    ``held_back.<name>``."""
     cost = resume.load_compile(work) if resumed and (work / PROGRAM).exists() else None
     if cost is not None:
         program.load(str(work / PROGRAM))
@@ -274,12 +275,16 @@ def _compiled(
             program.load_state(compiled.dump_state())
         else:
             program = _compile_here(config, program, train, reader, work.name, teacher_lm=teacher_lm)
+    held_back = getattr(compiled if compiled is not None else program, "held_back_behaviour", {})
     cost = {
         "compile_s": time.perf_counter() - compile_start,
         "calls": usage.calls,
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
+        "held_back_behaviour": held_back,
     }
+    if held_back:  # what the program kept of its method's step, measured once, where it was compiled
+        tracking.log_params(config.runs_dir, work.name, {f"held_back.{k}": round(v, 4) for k, v in held_back.items()})
     with writing(work / PROGRAM):
         program.save(str(work / PROGRAM))
     resume.save_compile(work, cost)

@@ -164,6 +164,15 @@ def start_run(
 
 
 @_naming_store
+def log_params(runs_dir: Path, run_id: str, params: Mapping[str, Any]) -> None:
+    """Log more params to a run (each once: MLflow refuses a param logged again with another value)."""
+    go_offline()
+    from mlflow.entities import Param
+
+    client(runs_dir).log_batch(run_id, params=[Param(key, str(value)) for key, value in params.items()])
+
+
+@_naming_store
 def log_metrics(runs_dir: Path, run_id: str, metrics: Mapping[str, float | None]) -> None:
     """Log numeric metrics; None values (e.g. recall of a closed-book run) are left out."""
     go_offline()

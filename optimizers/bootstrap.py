@@ -9,12 +9,14 @@ larger than ``shots`` is all run on, with no labeled demos shown); predictors le
 with labeled demonstrations. With ``teacher_lm`` the teacher copy runs on that LM (DSPy's ``teacher_settings``).
 
 DSPy's loop runs one example after another, so a local engine that batches concurrent requests never gets a batch
-to work on. ``ThreadedBootstrapFewShot`` keeps DSPy's selection (the first passing traces in training order) and
-runs the examples in groups. Where a predictor ran several times in one trace, DSPy keeps one of those calls, the
-last or one of the others at even odds; for IterDRAG the last decomposition is the "none" that ended the loop, so
-a compiled program could see only stops and learn never to ask. Here every call of a passing trace is a
-demonstration of its predictor, in the order the program made them: a decomposition demo set shows the follow-up
-asked, then the stop.
+to work on. ``ThreadedBootstrapFewShot`` runs the examples in groups and keeps every call of a passing trace as a
+candidate demonstration of its predictor. Where a predictor ran several times in one trace, DSPy keeps one of those
+calls, the last or one of the others at even odds; for IterDRAG the last decomposition is the "none" that ended the
+loop, so a compiled program could see only stops and learn never to ask. Keeping every call instead, and taking
+the first ``shots``, fills a predictor's shots from one question (its follow-up, then its stop). So each predictor
+gets one call from each of ``shots`` distinct training questions (``demos.select_demos``), chosen so that together
+they show the method's step (``Method.demo_set_lacks``: for IterDRAG, a chain of two follow-ups, and a stop only
+after an answered one); the teacher goes on past ``shots`` passing questions while no set does.
 """
 
 import contextvars
@@ -27,21 +29,20 @@ from typing import Any
 import dspy
 
 from ragscale.optimizers.base import Teleprompter, keeping_behaviour
-from ragscale.optimizers.demos import LabeledWithDocuments
+from ragscale.optimizers.demos import LabeledWithDocuments, select_demos
 from ragscale.programs.base import Method
 
 logger = logging.getLogger(__name__)
 
 
 class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
-    """``dspy.BootstrapFewShot`` that runs the teacher on ``threads`` training examples at a time and keeps every
-    call of a passing trace (see the module docstring).
+    """``dspy.BootstrapFewShot`` that runs the teacher on ``threads`` training examples at a time and picks each
+    predictor's demonstrations from distinct questions (see the module docstring).
 
-    DSPy's loop runs one example after another, so a local engine never gets a batch to work on. Here each
-    group of ``threads`` examples runs at once (the callers' DSPy settings carried into the workers) and the
-    traces are kept in training order, stopping at ``max_bootstrapped_demos``: with a deterministic LM these are
-    the demonstrations the sequential loop keeps. A group may run up to ``threads - 1`` examples past the last
-    one needed.
+    Each group of ``threads`` examples runs at once (the callers' DSPy settings carried into the workers), and the
+    passing traces are kept in training order: with a deterministic LM, the questions whose traces become
+    demonstrations are those the sequential loop keeps. A group may run up to ``threads - 1`` examples past the
+    last one needed.
     """
 
     def __init__(self, *args: Any, threads: int = 1, **kwargs: Any):
@@ -94,8 +95,11 @@ class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
         return teacher
 
     def _bootstrap(self, *, max_bootstraps: int | None = None) -> None:
+        """Run the teacher on the training examples, ``threads`` at a time in training order, keeping each passing
+        one's calls in ``passing``, until ``max_bootstraps`` have passed and every predictor's selection shows the
+        method's step (``_selected``), or the examples run out."""
         max_bootstraps = max_bootstraps or self.max_bootstrapped_demos
-        self.name2traces = {name: [] for name in self.name2predictor}
+        self.passing: list[tuple[dspy.Example, dict[str, list]]] = []
         bootstrapped: set[int] = set()
 
         def attempt(example: dspy.Example) -> dict[str, list] | None:
@@ -109,19 +113,42 @@ class ThreadedBootstrapFewShot(dspy.BootstrapFewShot):
 
         with ThreadPoolExecutor(self.threads) as pool:
             for start in range(0, len(self.trainset), self.threads):
-                if len(bootstrapped) >= max_bootstraps:
+                if len(bootstrapped) >= max_bootstraps and not any(lacks for *_, lacks in self._selected().values()):
                     break
                 group = enumerate(self.trainset[start : start + self.threads], start)
                 runs = [(i, pool.submit(contextvars.copy_context().run, attempt, ex)) for i, ex in group]
                 for index, run in runs:
                     traces = run.result()
-                    if traces is not None and len(bootstrapped) < max_bootstraps:
+                    if traces is not None:
                         bootstrapped.add(index)
-                        for name, demos in traces.items():
-                            self.name2traces[name].extend(demos)
+                        self.passing.append((self.trainset[index], traces))
         logger.info("bootstrapped %d traces from %d training examples", len(bootstrapped), len(self.trainset))
         self.validation = [x for i, x in enumerate(self.trainset) if i not in bootstrapped]
         random.Random(0).shuffle(self.validation)
+
+    def _selected(self) -> dict[str, tuple[list, list, str | None]]:
+        """Each predictor's demonstrations from the passing traces (``select_demos``: one call from each of up to
+        ``max_bootstrapped_demos`` distinct questions, together showing the method's step where any set does)."""
+        shots = self.max_bootstrapped_demos
+        return {
+            name: select_demos(self.student, name, [(ex, traces[name]) for ex, traces in self.passing], shots)
+            for name in self.name2predictor
+        }
+
+    def _train(self) -> dspy.Module:
+        """DSPy's ``_train`` with ``_selected``'s demonstrations in place of the first calls kept: the training
+        examples they come from are kept in ``demo_examples``, what a predictor's set still lacks is logged."""
+        rng = random.Random(0)
+        self.demo_examples: dict[str, list[dspy.Example]] = {}
+        selected = self._selected()
+        for name, predictor in self.student.named_predictors():
+            demos, examples, lacks = selected[name]
+            if lacks:
+                logger.warning("bootstrapped demonstrations of %s: %s", name, lacks)
+            size = max(0, min(self.max_labeled_demos - len(demos), len(self.validation)))
+            predictor.demos = demos + rng.sample(self.validation, size)
+            self.demo_examples[name] = examples
+        return self.student
 
 
 class Bootstrap(Teleprompter):
@@ -151,8 +178,8 @@ class Bootstrap(Teleprompter):
         )
         teacher = self._labeled(student, shown)
         compiled = teleprompter.compile(student, teacher=teacher, trainset=attempted[: self.max_attempts])
-        shown = {demo.get("question") for predictor in compiled.predictors() for demo in predictor.demos}
-        labeled = self._labeled(student, [example for example in trainset if example.question not in shown])
+        shown = {id(example) for examples in teleprompter.demo_examples.values() for example in examples}
+        labeled = self._labeled(student, [example for example in trainset if id(example) not in shown])
         for mine, extra in zip(compiled.predictors(), labeled.predictors(), strict=True):
             mine.demos = list(mine.demos) + extra.demos[: max(0, shots - len(mine.demos))]
         return compiled

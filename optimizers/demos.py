@@ -4,13 +4,17 @@ program is cut to.
 DRAG (Yue et al. 2024, arXiv:2410.04343) shows each demonstration with the documents retrieved for that
 demonstration's question. ``labeled_fields`` turns one labeled example into the field values it offers a program's
 predictors (matched by field name), ``demo_documents`` retrieves a demonstration's documents with the program's
-own retriever, ``LabeledWithDocuments`` is DSPy's LabeledFewShot built on both, ``redraw_demo_documents`` gives a
+own retriever, ``select_demos`` picks a predictor's demonstrations from distinct training questions, one each, so
+that together they show the method's step (``Method.demo_set_lacks``), ``LabeledWithDocuments`` is DSPy's
+LabeledFewShot built on them, ``redraw_demo_documents`` gives a
 compiled program's demonstrations their queries' documents at another k, and ``cap_demos`` keeps at most ``shots``
 demonstrations per predictor and ``docs_per_demo`` documents per demonstration, the most relevant kept, last
 (DRAG's order). A program whose class sets ``demo_documents = False`` (RAG) has its demonstrations'
 documents dropped: they become question -> answer pairs.
 """
 
+import itertools
+import logging
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +26,11 @@ from ragscale.optimizers.metrics import gold_answers
 from ragscale.programs.base import Method
 from ragscale.programs.lm.coerce import is_list
 from ragscale.programs.retrieval import format_passage, merge_by_rank, most_relevant_last
+
+logger = logging.getLogger(__name__)
+
+MAX_TRIED = 10_000
+"""The most candidate sets ``select_demos`` checks before it settles for the first."""
 
 NO_FOLLOW_UP = "none"
 """What a labeled decomposition step writes when the follow-ups answered so far are enough (IterDRAG stops)."""
@@ -70,12 +79,44 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
     return [{name: value for name, value in fields.items() if value is not None} for fields in offered]
 
 
+def select_demos(
+    program: Method, predictor: str, groups: Sequence[tuple[dspy.Example, Sequence[Any]]], shots: int,
+    fixed: Sequence[tuple[dspy.Example, Any]] = (),
+) -> tuple[list[Any], list[dspy.Example], str | None]:  # fmt: skip
+    """Up to ``shots`` demonstrations of ``predictor``: ``fixed`` (``(example, demo)``, kept first), then one call
+    from each of the next distinct training questions (``groups``: ``(example, its candidate calls)`` in training
+    order, a question already in ``fixed`` skipped), as many as there are shots, so that two shots never come from
+    one question. Among those sets, the first whose demonstrations together show the method's step
+    (``program.demo_set_lacks`` is None) is taken, earlier questions and earlier calls first; when none does (or
+    ``MAX_TRIED`` were checked), the first set. Returns (demos, their training examples, what the set lacks)."""
+    seen = {id(example) for example, _ in fixed}
+    groups = [(example, list(calls)) for example, calls in groups if calls and id(example) not in seen]
+    wanted = min(max(0, shots - len(fixed)), len(groups))
+    first: tuple[list, list] | None = None
+    tried = 0
+    for chosen in itertools.combinations(groups, wanted):
+        examples = [example for example, _ in fixed] + [example for example, _ in chosen]
+        for calls in itertools.product(*(calls for _, calls in chosen)):
+            demos = [demo for _, demo in fixed] + list(calls)
+            first = first or (demos, examples)
+            if program.demo_set_lacks(predictor, demos, examples) is None:
+                return demos, examples, None
+            tried += 1
+            if tried >= MAX_TRIED:
+                break
+        if tried >= MAX_TRIED:
+            break
+    demos, examples = first or ([demo for _, demo in fixed], [example for example, _ in fixed])
+    return demos, examples, program.demo_set_lacks(predictor, demos, examples)
+
+
 class LabeledWithDocuments(Teleprompter):
     """LabeledFewShot (``dspy/teleprompt/vanilla.py``) whose demonstrations carry their own documents.
 
-    Samples ``shots`` training examples; each predictor gets, up to ``shots``, the demonstrations whose
-    fields cover its signature (``documents`` may be missing: then the demonstration is a question -> answer pair;
-    another list input may be missing: then it is shown empty).
+    Samples ``shots`` training examples; each predictor gets one demonstration from each of them whose fields cover
+    its signature (``documents`` may be missing: then the demonstration is a question -> answer pair; another list
+    input may be missing: then it is shown empty). Of an example that offers several, as a decomposition's steps,
+    ``select_demos`` takes those that together show the method's step.
     """
 
     def __init__(self, shots: int, docs_per_demo: int, seed: int = 0):
@@ -88,17 +129,20 @@ class LabeledWithDocuments(Teleprompter):
         def documents(query: str) -> list[str] | None:
             return demo_documents(self.student, query, self.docs_per_demo)
 
-        offered = [fields for example in examples for fields in labeled_fields(example, documents)]
-        for predictor in self.student.predictors():
+        offered = [(example, labeled_fields(example, documents)) for example in examples]
+        for name, predictor in self.student.named_predictors():
             signature = predictor.signature
             # a list input the data has no label for (earlier answers, reasoning so far) is shown empty, as in
             # a first call: the final answer of Decomposition (recursive) and RAT is then taught like Synthesize's
             empty = {n: [] for n, f in signature.input_fields.items() if n != "documents" and is_list(f.annotation)}
             needed = set(signature.fields) - {"documents"}
-            candidates = [{**empty, **fields} for fields in offered]
-            fits = [fields for fields in candidates if needed <= fields.keys()]
-            predictor.demos = [dspy.Example({n: f[n] for n in signature.fields if n in f}) for f in fits]
-            predictor.demos = predictor.demos[: self.shots]
+            groups = []
+            for example, fields in offered:
+                fits = [{**empty, **f} for f in fields if needed <= {**empty, **f}.keys()]
+                groups.append((example, [dspy.Example({n: f[n] for n in signature.fields if n in f}) for f in fits]))
+            predictor.demos, _, lacks = select_demos(self.student, name, groups, self.shots)
+            if lacks:
+                logger.info("labeled demonstrations of %s.%s: %s", type(self.student).__name__, name, lacks)
         return self.student
 
 

@@ -1,5 +1,6 @@
 """A method compiled whole: its program by a teleprompter, then its graders (CRAG's, Self-RAG's) on their own
-relevance labels by the same teleprompter and teacher. ``ragscale run`` and ``ragscale.compile`` both compile so."""
+relevance labels by the same teleprompter and teacher, then checked against its method's floors on training
+questions held back from both (``floors.py``). ``ragscale run`` and ``ragscale.compile`` both compile so."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import dspy
 
+from ragscale.optimizers import floors
 from ragscale.optimizers.base import Teleprompter
 from ragscale.optimizers.graders import compile_graders
 from ragscale.optimizers.teleprompters import Metric, compile_program, compile_with
@@ -27,11 +29,15 @@ def compile_method(
 ) -> Method:
     """``compile_program`` then ``compile_graders`` with the same ``shots``, ``threads`` and ``settings`` (lm,
     adapter, seed, teacher_lm, reflection_lm, budget); ``valset``, ``num_candidates`` and ``max_attempts`` among
-    ``settings`` are the program's teleprompter's alone."""
+    ``settings`` are the program's teleprompter's alone. A method with floors has the last ``floors.held_back_size``
+    training questions held back and the compiled program checked on them (``floors.check``: a program below a
+    floor raises ``CompilationFailedError``); the means measured are left on it as ``held_back_behaviour``."""
     own = {key: settings.pop(key) for key in ("valset", "num_candidates", "max_attempts") if key in settings}
-    compiled = compile_program(program, list(trainset), optimizer=optimizer, metric=metric, shots=shots,
+    train, held_back = _held_back(program, trainset, compiles=optimizer != "none")
+    compiled = compile_program(program, train, optimizer=optimizer, metric=metric, shots=shots,
                                docs_per_demo=docs_per_demo, threads=threads, **settings, **own)  # fmt: skip
-    return compile_graders(compiled, list(trainset), optimizer=optimizer, shots=shots, threads=threads, **settings)
+    compiled = compile_graders(compiled, train, optimizer=optimizer, shots=shots, threads=threads, **settings)
+    return _checked(compiled, held_back, threads, settings.get("lm"), settings.get("adapter"))
 
 
 def compile_method_with(
@@ -39,11 +45,30 @@ def compile_method_with(
 ) -> Method:
     """``program`` compiled by a teleprompter already built (``context``: ``compile_with``'s lm, adapter and
     valset): one of ragscale's (``OPTIMIZERS``) compiles the program, then its graders by a copy of itself on their
-    relevance labels (``Teleprompter.replaced``); any other DSPy teleprompter compiles the whole program, graders
-    included, as it does any program."""
-    compiled = compile_with(teleprompter, program, trainset, **context)
-    if not isinstance(teleprompter, Teleprompter):
+    relevance labels (``Teleprompter.replaced``) and the result is checked against its floors, as ``compile_method``
+    does; any other DSPy teleprompter compiles the whole program, graders included, as it does any program."""
+    ours = isinstance(teleprompter, Teleprompter)
+    train, held_back = _held_back(program, trainset, compiles=ours and teleprompter.name != "none")
+    compiled = compile_with(teleprompter, program, train, **context)
+    if not ours:
         return compiled
     lm, adapter = context.get("lm"), context.get("adapter")
-    return compile_graders(compiled, list(trainset), optimizer=teleprompter, shots=teleprompter.shots, lm=lm,
-                           adapter=adapter)  # fmt: skip
+    compiled = compile_graders(compiled, train, optimizer=teleprompter, shots=teleprompter.shots, lm=lm,
+                               adapter=adapter)  # fmt: skip
+    return _checked(compiled, held_back, getattr(teleprompter, "threads", 1), lm, adapter)
+
+
+def _held_back(program: Method, trainset: Sequence[dspy.Example], *, compiles: bool) -> tuple[list, list]:
+    """(compiled on, held back): the last ``floors.held_back_size`` questions held back when a teleprompter
+    ``compiles`` a program (``none`` does not)."""
+    held = floors.held_back_size(program, trainset) if compiles else 0
+    trainset = list(trainset)
+    return trainset[: len(trainset) - held], trainset[len(trainset) - held :]
+
+
+def _checked(compiled: Method, held_back: list, threads: int, lm, adapter) -> Method:
+    """``compiled``, checked against its floors on ``held_back`` with ``lm`` and ``adapter`` (when given)."""
+    settings = {name: value for name, value in (("lm", lm), ("adapter", adapter)) if value is not None}
+    with dspy.context(**settings):
+        compiled.held_back_behaviour = floors.check(compiled, held_back, threads=threads) if held_back else {}
+    return compiled

@@ -21,6 +21,11 @@ never its name, so a new method is one file and one line in the registry:
   entries a list input (follow-ups so far) holds; the context-window check formats the longest prompt from both.
 - ``behaviour(question, prediction)``: what the method's defining step did on one question (``programs.behaviour``).
 - ``demonstrates(example, prediction)``: whether a trace shows that step, and so may become a demonstration.
+- ``demo_set_lacks(predictor, demos, examples)``: what a predictor's demonstrations, taken together, fail to show of
+  that step (IterDRAG: a chain of two follow-ups; a stop only after an answered one), or None.
+- ``floors``: ``(name, least)`` pairs, the mean ``behaviour`` values a compiled program must keep on training
+  questions held back from compiling (``floor_examples`` of them: only the multi-hop ones where
+  ``floors_multi_hop``), below which it is another method (``optimizers/floors.py``).
 - ``demo_queries(predictor, demo)``: the queries whose retrieved documents a demonstration of that predictor shows
   (its question by default), so that its documents can be retrieved again at another k.
 
@@ -33,11 +38,12 @@ retrieved with the student's own. A plain function given as the retriever (a use
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import dspy
 
+from ragscale.programs.behaviour import is_multi_hop
 from ragscale.programs.retrieval.function import as_retriever
 
 
@@ -52,6 +58,8 @@ class Method(dspy.Module):
     without_demos: ClassVar[str | None] = None
     reaches_cap: ClassVar[str | None] = None
     record_fields: ClassVar[tuple[str, ...]] = ()
+    floors: ClassVar[tuple[tuple[str, float], ...]] = ()
+    floors_multi_hop: ClassVar[bool] = False
 
     k: int = 0
 
@@ -81,6 +89,18 @@ class Method(dspy.Module):
     def demonstrates(self, example: dspy.Example, prediction: dspy.Prediction) -> bool:
         """Whether a trace of ``example`` shows the method's defining step; every trace does by default."""
         return True
+
+    def demo_set_lacks(
+        self, predictor: str, demos: Sequence[Mapping[str, Any]], examples: Sequence[dspy.Example]
+    ) -> str | None:
+        """What the demonstrations ``demos`` of the predictor named ``predictor`` (``demos[i]`` from the training
+        question ``examples[i]``) fail to show together of the method's step, or None; none by default."""
+        return None
+
+    def floor_examples(self, examples: Sequence[dspy.Example]) -> list[dspy.Example]:
+        """The held-back training questions ``floors`` are measured on: the multi-hop ones where ``floors_multi_hop``
+        (a single-hop question may need no decomposition), else all."""
+        return [ex for ex in examples if is_multi_hop(ex)] if self.floors_multi_hop else list(examples)
 
     def demo_queries(self, predictor: str, demo: Mapping[str, Any]) -> list[str]:
         """The queries whose retrieved documents (merged by best rank when several) a demonstration of the predictor

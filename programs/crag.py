@@ -26,6 +26,7 @@ class CRAG(Method):
     """retrieve -> grade each; correct: keep relevant; else rewrite -> fallback search; answer."""
 
     name = "crag"
+    floors = (("graded_irrelevant", 0.05),)  # below it, every passage kept: RAG with a grader that says yes
 
     def __init__(self, retriever, k: int, fallback=None, fallback_k: int | None = None):
         super().__init__()

@@ -21,6 +21,8 @@ class DecomposeIndividual(Method):
     """decompose(question) -> sub-questions; each: retrieve -> answer_sub; synthesize(pairs, passages)."""
 
     name = "decompose-individual"
+    floors = (("distinct_sub_questions", 1.5),)  # below it, mostly the question alone: RAG
+    floors_multi_hop = True
     record_fields = ("sub_questions", "intermediate_answers")  # the follow-ups asked, and their answers
 
     def __init__(self, retriever, k: int, max_sub_questions: int = 4):

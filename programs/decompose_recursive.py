@@ -20,6 +20,8 @@ class DecomposeRecursive(Method):
     """decompose(question) -> sub-questions; for each, then the question: retrieve -> answer(earlier pairs)."""
 
     name = "decompose-recursive"
+    floors = (("distinct_sub_questions", 1.5),)  # below it, mostly the question alone: RAG
+    floors_multi_hop = True
     record_fields = ("sub_questions", "intermediate_answers")  # the follow-ups asked, and their answers
 
     def __init__(self, retriever, k: int, max_sub_questions: int = 4):

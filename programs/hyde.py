@@ -21,6 +21,7 @@ class HyDE(Method):
     """hypothesize(question) -> passage; retrieve(passage, k), dense-only when offered; answer."""
 
     name = "hyde"
+    floors = (("hypothetical_passage_rate", 0.9),)  # below it, searching with empty passages
 
     def __init__(self, retriever, k: int):
         super().__init__()

@@ -67,6 +67,8 @@ class IterDRAG(Method):
     iterates = True
     reaches_cap = "follow_ups"  # each iteration asks one follow-up or ends the loop
     record_fields = ("sub_questions", "intermediate_answers")  # the follow-ups asked, and their answers
+    floors = (("questions_with_follow_up", 0.5),)  # below it, mostly DRAG with a step that declines
+    floors_multi_hop = True
 
     def __init__(self, retriever, k: int, max_iterations: int, resample: int = 3):
         super().__init__()
@@ -109,6 +111,21 @@ class IterDRAG(Method):
             return True
         shown = self.behaviour(example.question, prediction)
         return shown["answered_follow_ups"] > 0 and shown["follow_ups_as_questions"] == shown["follow_ups"]
+
+    def demo_set_lacks(self, predictor: str, demos, examples) -> str | None:
+        """Decomposition demonstrations of multi-hop questions teach the loop only together: a set whose every
+        follow-up is a first one never shows a follow-up asked after an answered one, and a "none" with nothing
+        answered before it shows a multi-hop question answered with no sub-query at all, which a small reader with
+        documents already in its context copies at once. So such a set needs a chain of two or more follow-ups,
+        and "none" only after an answered follow-up."""
+        hops = [demo for demo, example in zip(demos, examples, strict=True) if is_multi_hop(example)]
+        if predictor != "decompose" or not hops:
+            return None
+        if any(no_follow_up(demo["follow_up"]) and not demo["follow_ups"] for demo in hops):
+            return 'a "none" with no follow-up answered before it'
+        if not any(len(demo["follow_ups"]) + (not no_follow_up(demo["follow_up"])) >= 2 for demo in hops):
+            return "no chain of two or more follow-ups"
+        return None
 
     def demo_queries(self, predictor: str, demo) -> list[str]:
         """An answer_sub demonstration shows its sub-question's documents; a synthesize one every document the loop

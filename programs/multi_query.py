@@ -21,6 +21,7 @@ class MultiQuery(Method):
     """rephrase(question) -> n queries; retrieve(each, k); answer(union of the passages, question)."""
 
     name = "multi-query"
+    floors = (("distinct_queries", 1.5),)  # below it, mostly the question alone: RAG
 
     def __init__(self, retriever, k: int, n_queries: int = 3):
         super().__init__()

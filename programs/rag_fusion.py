@@ -21,6 +21,7 @@ class RAGFusion(Method):
     """rephrase(question) -> n queries; retrieve(each); rrf -> top k; answer."""
 
     name = "rag-fusion"
+    floors = (("distinct_queries", 1.5),)  # below it, mostly the question alone: RAG with a reranking of one list
 
     def __init__(self, retriever, k: int, n_queries: int = 3, depth: int | None = None):
         super().__init__()

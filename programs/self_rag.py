@@ -26,6 +26,7 @@ class SelfRAG(Method):
     """decide; per round: retrieve -> grade -> answer -> check_support, rate; rewrite and retry; best round."""
 
     name = "self-rag"
+    floors = (("retrieval_rate", 0.2),)  # below it, mostly closed-book
 
     def __init__(self, retriever, k: int, max_rounds: int = 2, min_usefulness: int = 4):
         super().__init__()

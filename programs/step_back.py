@@ -21,6 +21,7 @@ class StepBackRAG(Method):
     """step_back(question); retrieve(step-back question), retrieve(question); answer(both contexts)."""
 
     name = "step-back"
+    floors = (("step_back_rate", 0.5),)  # below it, mostly the question itself as the step-back: RAG
 
     def __init__(self, retriever, k: int):
         super().__init__()

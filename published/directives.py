@@ -23,6 +23,8 @@ records. ``value`` writes the text of one; the kinds:
 - ``claims LABEL=FOLDER ...``: the papers' core claims checked on those tables, each in its folder's planned family
   (``core_claims``);
 - ``rule``: the rule by which a family's differences are called real (``family.RULE``);
+- ``floors``: each method's floors (``Method.floors``), the behaviour a compiled program must keep on held-back
+  training questions (``optimizers/floors.py``), as a table;
 - ``engine FILE PART``: the engine's table against llama.cpp kept as ``FILE`` (``benchmarks/engine_table.py``),
   or the date and machine it was made on (``PART`` ``table`` or ``made``; ``engine.directive``);
 - ``plan FILE``: the summary line of a sweep's plan (``ragscale sweep --plan-only``) kept as ``FILE``: its
@@ -140,6 +142,17 @@ def _rule(kind: str, args: list[str]) -> str:
     return family.RULE
 
 
+def _floors(kind: str, args: list[str]) -> str:
+    from ragscale.programs import PROGRAMS  # loads DSPy
+
+    lines = ["| method | floor: the least mean on held-back training questions |", "|---|---|"]
+    for name, method in PROGRAMS.items():
+        if method.floors:
+            floors = ", ".join(f"`{behaviour}` {least:g}" for behaviour, least in method.floors)
+            lines.append(f"| {name} | {floors}{' (multi-hop questions)' if method.floors_multi_hop else ''} |")
+    return _block("\n".join(lines))
+
+
 def _plan(kind: str, args: list[str]) -> str:
     path = RESULTS / args[0]
     if not path.is_file():
@@ -188,6 +201,7 @@ def _documents(kind: str, args: list[str]) -> str:
 
 ANYWHERE: dict[str, tuple[int | None, Callable[[str, list[str]], str]]] = {
     "rule": (0, _rule),
+    "floors": (0, _floors),
     "plan": (1, _plan),
     "paper": (2, _paper),
     "claims": (None, _claims),

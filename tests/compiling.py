@@ -1,5 +1,6 @@
 """IterDRAG compiled by the bootstrap on a script: multi-hop training questions, an LM that asks one follow-up per
-question, and the compile call (shared by tests/optimizers/test_teleprompters.py and test_bootstrap.py)."""
+question (two on some), and the compile call (shared by tests/optimizers/test_teleprompters.py and
+test_bootstrap.py)."""
 
 import dspy
 from doubles import FixedRetriever, examples
@@ -15,13 +16,19 @@ def multi_hop(n: int = 5) -> list[dspy.Example]:
     return [example.copy(type="bridge") for example in examples(n)]
 
 
-def following_up() -> DummyLM:
+def following_up(chains: frozenset[int] = frozenset()) -> DummyLM:
     """A DummyLM that asks one follow-up per question ("Which city holds landmark i?"), answers it, then says
-    "none" and answers the question rightly."""
+    "none" and answers the question rightly; question i in ``chains`` gets a second follow-up ("Which country holds
+    city i?") before the "none"."""
     replies = {}
-    for i, ex in enumerate(examples()):
-        follow_up = f"Which city holds landmark {i}?"
-        replies[f"Q: {follow_up}"] = {"follow_up": "none", "answer": ex.answers[0]}  # the 2nd decomposition
+    for i, ex in enumerate(examples(9)):
+        follow_up, second = f"Which city holds landmark {i}?", f"Which country holds city {i}?"
+        if i in chains:
+            replies[f"Q: {second}"] = {"follow_up": "none", "answer": ex.answers[0]}  # the 3rd decomposition
+            replies[f"Q: {follow_up}"] = {"follow_up": second, "answer": ex.answers[0]}  # the 2nd
+            replies[second] = {"answer": ex.answers[0]}
+        else:
+            replies[f"Q: {follow_up}"] = {"follow_up": "none", "answer": ex.answers[0]}  # the 2nd decomposition
         replies[follow_up] = {"answer": ex.answers[0]}  # the intermediate answer
         replies[ex.question] = {"follow_up": follow_up}  # the first decomposition
     return DummyLM(replies)
@@ -29,7 +36,7 @@ def following_up() -> DummyLM:
 
 def compile_iterdrag(lm, trainset, **kwargs) -> dspy.Module:
     return compile_program(
-        IterDRAG(FixedRetriever(), k=2, max_iterations=2),
+        IterDRAG(FixedRetriever(), k=2, max_iterations=3),
         trainset,
         optimizer="bootstrap",
         metric=em_metric,

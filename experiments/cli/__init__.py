@@ -34,6 +34,7 @@ from ragscale.experiments.signals import (
     terminate_on_sigterm,
 )
 from ragscale.optimizers.context import ContextWindowError
+from ragscale.optimizers.floors import CompilationFailedError
 from ragscale.process import prepare_process
 
 log = logging.getLogger("ragscale")
@@ -89,6 +90,9 @@ def main(argv: Sequence[str] | None = None, *, end_process: bool = False) -> int
         parser.exit(2, f"ragscale {args.command}: error: the prompt does not fit: {exc}\n")
     except RunFailedError as exc:
         print(f"ragscale {args.command}: the run failed: {exc}", file=sys.stderr)
+        return 1
+    except CompilationFailedError as exc:
+        print(f"ragscale {args.command}: the compilation failed: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
         if disk_error(exc) is None:

@@ -1,5 +1,6 @@
-"""The threaded bootstrap: the traces DSPy's sequential loop keeps, every step of a passing trace as a
-demonstration, and a training example hidden from the teacher's own demonstrations."""
+"""The threaded bootstrap: the questions DSPy's sequential loop keeps, one demonstration a question per predictor
+chosen so that the set shows the method's step, and a training example hidden from the teacher's own
+demonstrations."""
 
 import dspy
 from compiling import compile_iterdrag, following_up, multi_hop
@@ -64,8 +65,35 @@ def test_a_training_example_is_hidden_from_the_teachers_own_demonstrations():
     assert teacher.answer.demos == [train[0]]  # the teacher itself is left as it was
 
 
-def test_every_step_of_a_passing_trace_is_a_demonstration_the_follow_up_asked_then_the_stop():
-    compiled = compile_iterdrag(following_up(), multi_hop())
-    first, second = compiled.decompose.demos  # DSPy keeps one sampled call per trace: often only the stop
-    assert (first.follow_ups, second.follow_up) == ([], "none")
-    assert first.follow_up == second.follow_ups[0].split(" A: ")[0].removeprefix("Q: ")
+def test_shots_come_from_distinct_questions_and_show_a_chain_of_two_follow_ups_where_a_trace_has_one():
+    import random
+
+    order = [int(ex.id) for ex in random.Random(0).sample(multi_hop(8), 8)][2:]  # the questions run, in order
+    chained = order[3]  # only the fourth question run asks two follow-ups
+    compiled = compile_iterdrag(following_up(chains=frozenset({chained})), multi_hop(8))
+    asked = [demo.follow_ups[0] if demo.follow_ups else demo.follow_up for demo in compiled.decompose.demos]
+    assert len(asked) == 2 and len(set(asked)) == 2  # two questions' chains, never two steps of one
+    assert [len(demo.follow_ups) for demo in compiled.decompose.demos] == [0, 1]  # a first step, then a second...
+    assert compiled.decompose.demos[1].follow_up == f"Which country holds city {chained}?"  # ...of the chain of two
+    assert len({demo.sub_question for demo in compiled.answer_sub.demos}) == 2
+
+
+def test_without_a_chain_of_two_the_shots_are_first_follow_ups_of_distinct_questions_never_a_lone_stop(caplog):
+    compiled = compile_iterdrag(following_up(), multi_hop(8))
+    demos = compiled.decompose.demos
+    assert [demo.follow_ups for demo in demos] == [[], []]  # no stop with nothing answered, no repeated question
+    assert demos[0].follow_up != demos[1].follow_up and "none" not in [demo.follow_up for demo in demos]
+    assert "no chain of two or more follow-ups" in caplog.text  # the set's shortfall is said
+
+
+def test_a_set_with_a_stop_before_any_answered_follow_up_is_refused():
+    from ragscale.programs import IterDRAG
+
+    program, hop = IterDRAG(FixedRetriever(), k=1, max_iterations=3), multi_hop(1)[0]
+    ask = dspy.Example(question="q", follow_ups=[], follow_up="Who?")
+    chain = dspy.Example(question="q", follow_ups=["Q: Who? A: Ann"], follow_up="Where?")
+    stop = dspy.Example(question="q", follow_ups=[], follow_up="none")
+    assert program.demo_set_lacks("decompose", [ask, chain], [hop, hop]) is None
+    assert "none" in program.demo_set_lacks("decompose", [chain, stop], [hop, hop])
+    assert "chain" in program.demo_set_lacks("decompose", [ask, ask], [hop, hop])
+    assert program.demo_set_lacks("decompose", [stop], [hop.copy(type="single-hop")]) is None  # NQ may stop at once

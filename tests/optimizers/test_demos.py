@@ -43,21 +43,34 @@ def test_labeled_closed_book_demos_are_question_answer_pairs():
     assert [set(demo.keys()) for demo in compiled.answer.demos] == [{"question", "answer"}] * 2
 
 
-def test_labeled_iterdrag_learns_decomposition_steps_when_the_example_has_them():
+def test_labeled_iterdrag_learns_decomposition_steps_one_from_each_question_together_a_chain_of_two():
+    hobbit = musique_example().copy(type="2hop")
+    dune = dspy.Example(
+        question="Where was the author of Dune born?", answers=["Tacoma"], type="2hop",
+        decomposition=[{"question": "Who wrote Dune?", "answer": "Herbert"},
+                       {"question": "Where was #1 born?", "answer": "Tacoma"}],
+    ).with_inputs("question")  # fmt: skip
+    compiled = LabeledWithDocuments(shots=2, docs_per_demo=1).compile(
+        IterDRAG(FixedRetriever(), k=2, max_iterations=3), trainset=[hobbit, dune]
+    )
+    steps = [(d.follow_ups, d.follow_up) for d in compiled.decompose.demos]
+    first, second = sorted(steps, key=lambda step: len(step[0]))
+    assert first[0] == [] and first[1] in ("Who wrote The Hobbit?", "Who wrote Dune?")  # a first step...
+    assert len(second[0]) == 1 and second[1].startswith("Where was")  # ...and a second, of the other question
+    assert first[1].split()[-1] not in second[0][0]
+    assert {d.sub_question for d in compiled.answer_sub.demos} & {"Who wrote The Hobbit?", "Where was Tolkien born?"}
+    assert len({d.answer for d in compiled.answer_sub.demos}) == 2 and len(compiled.answer_sub.demos) == 2
+    assert {d.answer for d in compiled.synthesize.demos} == {"Bloemfontein", "Tacoma"}
+
+
+def test_labeled_demonstrations_come_from_distinct_questions_as_many_as_the_trainset_has():
     compiled = LabeledWithDocuments(shots=4, docs_per_demo=1).compile(
         IterDRAG(FixedRetriever(), k=2, max_iterations=3), trainset=[musique_example()]
     )
-    steps = [(d.follow_ups, d.follow_up) for d in compiled.decompose.demos]
-    assert steps == [
-        ([], "Who wrote The Hobbit?"),
-        (["Q: Who wrote The Hobbit? A: Tolkien"], "Where was Tolkien born?"),
-        (["Q: Who wrote The Hobbit? A: Tolkien", "Q: Where was Tolkien born? A: Bloemfontein"], "none"),
-    ]
+    assert [len(p.demos) for p in compiled.predictors()] == [1, 1, 1]  # one question: one demonstration each
     assert [(d.sub_question, d.answer, d.documents) for d in compiled.answer_sub.demos] == [
-        ("Who wrote The Hobbit?", "Tolkien", [format_passage(BEST)]),
-        ("Where was Tolkien born?", "Bloemfontein", [format_passage(BEST)]),
+        ("Who wrote The Hobbit?", "Tolkien", [format_passage(BEST)])
     ]
-    assert compiled.synthesize.demos[0].answer == "Bloemfontein"
 
 
 def test_labeled_iterdrag_without_decompositions_teaches_only_the_final_answer():
@@ -94,15 +107,15 @@ def test_a_chain_written_at_one_k_is_shown_with_its_queries_documents_at_another
     compiled = LabeledWithDocuments(shots=4, docs_per_demo=1).compile(
         IterDRAG(retriever, k=1, max_iterations=3), trainset=[musique_example()]
     )
-    assert [d.documents for d in compiled.answer_sub.demos] == [[format_passage(BEST)]] * 2
+    assert [d.documents for d in compiled.answer_sub.demos] == [[format_passage(BEST)]]
     retriever.queries.clear()
     redraw_demo_documents(compiled, 3)
     ranked = [format_passage(p) for p in (THIRD, SECOND, BEST)]  # most relevant last
-    assert [d.documents for d in compiled.answer_sub.demos] == [ranked, ranked]
+    assert [d.documents for d in compiled.answer_sub.demos] == [ranked]
     assert compiled.synthesize.demos[0].documents == ranked  # the three rankings merged, each passage once
     question, first, second = musique_example().question, "Who wrote The Hobbit?", "Where was Tolkien born?"
-    assert retriever.queries == [first, second, question, first, second]  # answer_sub's, then synthesize's
-    assert [d.follow_up for d in compiled.decompose.demos][:2] == [first, second]  # no documents: left as they were
+    assert retriever.queries == [first, question, first, second]  # answer_sub's, then synthesize's
+    assert [d.follow_up for d in compiled.decompose.demos] == [first]  # no documents: left as it was
 
 
 def test_cap_demos_keeps_the_last_documents_and_the_first_demos():

@@ -235,7 +235,7 @@ def test_a_saved_iterdrag_reloads_its_decomposition_demos(tmp_path):
     for name in ("decompose", "answer_sub", "synthesize"):
         saved = [demo.toDict() for demo in getattr(compiled, name).demos]
         assert getattr(reloaded, name).demos == saved and saved
-    assert [d["follow_up"] for d in reloaded.decompose.demos][-1] == "none"
+    assert [d["follow_up"] for d in reloaded.decompose.demos] == ["Who wrote The Hobbit?"]
 
 
 def test_a_right_iterdrag_trace_without_follow_ups_is_not_a_demonstration_for_a_multi_hop_question():

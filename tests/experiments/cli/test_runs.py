@@ -127,6 +127,7 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
         "weights_gb",
         "corpus",
         "behaviour",
+        "held_back_behaviour",
         "resumed",
         "mlflow_run_id",
         "model_uri",

@@ -1,0 +1,68 @@
+"""A compiled program is checked against its method's floors on training questions held back from compiling: one
+that skips its defining step there is refused, one that keeps it carries the means measured."""
+
+import dspy
+import pytest
+from compiling import following_up, multi_hop
+from doubles import FixedRetriever, examples
+from dspy.utils import DummyLM
+
+from ragscale.optimizers.floors import CompilationFailedError, held_back_size
+from ragscale.optimizers.method import compile_method
+from ragscale.optimizers.metrics import em_metric
+from ragscale.programs import RAG, IterDRAG, MultiQuery
+
+
+def compiled_iterdrag(lm: DummyLM, trainset: list) -> IterDRAG:
+    return compile_method(IterDRAG(FixedRetriever(), k=2, max_iterations=3), trainset, optimizer="bootstrap",
+                          metric=em_metric, shots=2, docs_per_demo=5, lm=lm, adapter=dspy.ChatAdapter())  # fmt: skip
+
+
+def test_an_iterdrag_that_answers_held_back_questions_with_no_follow_up_is_refused_naming_its_floor(caplog):
+    lm = following_up(chains=frozenset({3}))
+    for example in multi_hop(8)[6:]:  # the two held back: the compiled reader declines at once, as DRAG
+        lm.answers[example.question] = {"follow_up": "none", "answer": example.answers[0]}
+    with pytest.raises(CompilationFailedError, match=r"iterdrag .* 2 held-back .*questions_with_follow_up 0\.00 < "):
+        compiled_iterdrag(lm, multi_hop(8))
+    assert "held-back question" not in caplog.text  # answered, with no follow-up: not failed
+
+
+def test_an_iterdrag_that_asks_on_held_back_questions_carries_the_rate_and_was_compiled_without_them():
+    compiled = compiled_iterdrag(following_up(chains=frozenset({3})), multi_hop(8))
+    assert compiled.held_back_behaviour == {"questions_with_follow_up": 1.0}
+    held = {example.question for example in multi_hop(8)[6:]}
+    assert not held & {demo.question for demo in compiled.decompose.demos + compiled.synthesize.demos}
+
+
+def test_only_a_compiled_method_with_floors_holds_questions_back_and_single_hop_ones_are_not_measured():
+    assert held_back_size(RAG(FixedRetriever(), k=1), examples(8)) == 0
+    assert held_back_size(IterDRAG(FixedRetriever(), k=1, max_iterations=2), examples(8)) == 2
+    assert held_back_size(IterDRAG(FixedRetriever(), k=1, max_iterations=2), examples(3)) == 0  # too few to spare
+    single_hop = [example.copy(type="single-hop") for example in examples(8)]
+    lm = following_up()
+    for example in single_hop[6:]:  # NQ-like questions may be answered without a follow-up
+        lm.answers[example.question] = {"follow_up": "none", "answer": example.answers[0]}
+    assert compiled_iterdrag(lm, single_hop).held_back_behaviour == {}
+    none = compile_method(IterDRAG(FixedRetriever(), k=1, max_iterations=2), multi_hop(8), optimizer="none",
+                          metric=em_metric, shots=2, docs_per_demo=5)  # fmt: skip
+    assert none.held_back_behaviour == {}
+
+
+def test_ragscale_run_ends_a_failed_compilation_with_its_message_and_a_nonzero_exit(monkeypatch, capsys, tmp_path):
+    from ragscale.experiments.cli import main, runs
+
+    def compiled_below_its_floor(*args, **kwargs):
+        raise CompilationFailedError("compiled iterdrag fell below its floor on 4 held-back training questions")
+
+    monkeypatch.setattr(runs, "run_experiment", compiled_below_its_floor)
+    argv = ["run", "--method", "iterdrag", "--optimizer", "bootstrap", "--dataset", "hotpotqa", "--runs-dir", tmp_path]
+    assert main([str(arg) for arg in argv]) == 1
+    err = capsys.readouterr().err
+    assert "ragscale run: the compilation failed: compiled iterdrag fell below its floor" in err
+    assert "Traceback" not in err
+
+
+def test_held_back_questions_the_program_fails_on_are_left_out_and_all_failing_is_said_not_taken_for_a_skip():
+    with pytest.raises(CompilationFailedError, match=r"(?s)failed on all 2 held-back .* the first error: .*No more"):
+        compile_method(MultiQuery(FixedRetriever(), k=1), examples(8), optimizer="labeled", metric=em_metric,
+                       shots=2, docs_per_demo=5, lm=DummyLM([]))  # fmt: skip
