@@ -1,7 +1,8 @@
 """The comparisons planned on a published folder: one family, so that each comparison has one verdict everywhere.
 
 A published folder of runs (``runs.py``) holds ``plan.json``: the paired comparisons of its runs that any page may
-test, each ``[a, b]`` (a - b, per-question EM), kept with the runs so that no page grows or shrinks the family. They
+test, each ``[a, b]`` (a - b, per-question EM), kept with the runs so that no page grows or shrinks the family, and,
+for runs planned before they were made, ``settings``: the commands that make them, every setting on their line. They
 are one family: their exact p-values (``paired.sign_flip_p``) are adjusted together by Holm's rule
 (``family.adjust``) once, and every table, claim and sentence that shows one of them (``runs.table``,
 ``runs.compiled_table``, ``core_claims``, ``diff``) reads it from here. A comparison thus sits in exactly one
@@ -24,9 +25,17 @@ PLAN = "plan.json"
 
 
 def write(folder: Path, pairs: list[tuple[str, str]]) -> None:
-    """Write ``pairs`` as ``folder``'s plan, one comparison a line."""
+    """Write ``pairs`` as ``folder``'s plan, one comparison a line, keeping what else the plan fixes (``settings``:
+    the commands its runs are made by, written before they run)."""
+    path = folder / PLAN
+    kept = (
+        {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if k != "comparisons"}
+        if path.is_file()
+        else {}
+    )
     body = ",\n".join("  " + json.dumps(list(pair)) for pair in pairs)
-    (folder / PLAN).write_text('{"comparisons": [\n' + body + "\n]}\n", encoding="utf-8")
+    extra = "".join(f",\n{json.dumps(key)}: {json.dumps(value, indent=2)}" for key, value in kept.items())
+    path.write_text('{"comparisons": [\n' + body + "\n]" + extra + "}\n", encoding="utf-8")
     adjusted.cache_clear()
 
 
