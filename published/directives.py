@@ -267,10 +267,10 @@ def _behaviour_value(kind: str, args: list[str]) -> str:
 
 
 def _provenance(kind: str, args: list[str]) -> str:
-    from ragscale.published.runs import load_manifest, made_on
+    from ragscale.published.runs import load_manifest, made_by_command, made_on
 
     manifest = load_manifest(RESULTS / args[0])  # a method table's or a sweep's
-    return f"`{manifest['command']}`" if kind == "command" else made_on(manifest)
+    return made_by_command(manifest) if kind == "command" else made_on(manifest)
 
 
 def _metric(kind: str, args: list[str]) -> str:

@@ -72,7 +72,8 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
         entry = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics), "made": made_by,
                  "command": command}  # fmt: skip
         runs[name] = supersede(runs.get(name), entry, superseded, name, before, folder / f"{name}.jsonl.gz")
-    write_json(folder / MANIFEST, {**provenance(made_by, command), "runs": runs, SUPERSEDED: superseded}, indent=2)
+    first = earlier.get("command", command)  # the command of the entries that record none of their own
+    write_json(folder / MANIFEST, {**provenance(made_by, first), "runs": runs, SUPERSEDED: superseded}, indent=2)
     return folder
 
 
@@ -190,6 +191,19 @@ def made_on(manifest: dict) -> str:
     if len(rows) == 1:
         return next(iter(rows))
     return "; ".join(f"{', '.join(names)}: {where}" for where, names in rows.items())
+
+
+def made_by_command(manifest: dict) -> str:
+    """The command that made a published folder's runs, as code: each entry's own where it records one (a later
+    sitting's), the folder's first command for the others; each command with its runs where there are several."""
+    if "rows" in manifest:
+        return f"`{manifest['command']}`"
+    commands: dict[str, list[str]] = {}
+    for name, run in manifest["runs"].items():
+        commands.setdefault(run.get("command", manifest["command"]), []).append(name)
+    if len(commands) == 1:
+        return f"`{next(iter(commands))}`"
+    return "; ".join(f"{', '.join(names)}: `{command}`" for command, names in commands.items())
 
 
 def row_of(params: dict[str, str]) -> str:
