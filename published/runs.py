@@ -72,8 +72,9 @@ def publish(runs_dir: Path, run_ids: Sequence[str], folder: Path, *, command: st
         entry = {"run_id": run_id, "params": dict(params), "metrics": dict(run.data.metrics), "made": made_by,
                  "command": command}  # fmt: skip
         runs[name] = supersede(runs.get(name), entry, superseded, name, before, folder / f"{name}.jsonl.gz")
-    first = earlier.get("command", command)  # the command of the entries that record none of their own
-    write_json(folder / MANIFEST, {**provenance(made_by, first), "runs": runs, SUPERSEDED: superseded}, indent=2)
+    # the folder's first command, date, machine and commit stand: entries that record none of their own read them
+    first = {k: v for k, v in earlier.items() if k not in ("runs", SUPERSEDED)} or provenance(made_by, command)
+    write_json(folder / MANIFEST, {**first, "runs": runs, SUPERSEDED: superseded}, indent=2)
     return folder
 
 
