@@ -28,7 +28,7 @@ from ragscale.experiments import tracking
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.files import write_json
-from ragscale.experiments.sweep.adopt import MANIFEST, copy_compiled, manifest_of, read_records
+from ragscale.experiments.sweep.adopt import MANIFEST, PUBLISHED_FIELDS, copy_compiled, manifest_of, read_records
 from ragscale.experiments.sweep.claims import check_claims, format_claims, format_verdicts
 from ragscale.experiments.sweep.grid import file_label
 from ragscale.experiments.sweep.heldout import HeldOut
@@ -142,7 +142,8 @@ def load(folder: Path) -> Sweep:
     records: dict[str, list[dict]] = {}  # by run id
     for part, rows in parts.items():
         for name, values in manifest[part].items():
-            row = Row.from_json({k: v for k, v in values.items() if k != "made"}, source=f"{folder / MANIFEST} {name}")
+            row = Row.from_json({k: v for k, v in values.items() if k not in PUBLISHED_FIELDS},
+                                source=f"{folder / MANIFEST} {name}")  # fmt: skip
             records[row.run_id] = read_records(folder / f"{name}.jsonl.gz")
             scores = record_scores(records[row.run_id])
             rows.append(replace(row, **{k: scores[k] for k in SCORED}))

@@ -24,8 +24,10 @@ from ragscale.experiments.sweep.ledger import COMPILED, load_ledger, save_ledger
 
 MANIFEST = "manifest.json"
 """A published folder's manifest: the command, the machine and commit, and each row or run as it ran."""
-POINT_FIELDS = ("method", "docs", "shots", "iterations", "key", "status", "made")
-"""A published row's fields that are not the ledger's: where it sits in the grid, and where it was made."""
+PUBLISHED_FIELDS = ("made", "command", "replaces")
+"""What publishing adds to a row: where and by which command it was made, and the row it replaced, if any."""
+POINT_FIELDS = ("method", "docs", "shots", "iterations", "key", "status", *PUBLISHED_FIELDS)
+"""A published row's fields that are not the ledger's: where it sits in the grid, and how it was published."""
 
 
 def read_records(path: Path) -> list[dict]:
