@@ -80,34 +80,26 @@ def labeled_fields(example: dspy.Example, documents: Callable[[str], list[str] |
 
 
 def select_demos(
-    program: Method, predictor: str, groups: Sequence[tuple[dspy.Example, Sequence[Any]]], shots: int,
-    fixed: Sequence[tuple[dspy.Example, Any]] = (),
-) -> tuple[list[Any], list[dspy.Example], str | None]:  # fmt: skip
-    """Up to ``shots`` demonstrations of ``predictor``: ``fixed`` (``(example, demo)``, kept first), then one call
-    from each of the next distinct training questions (``groups``: ``(example, its candidate calls)`` in training
-    order, a question already in ``fixed`` skipped), as many as there are shots, so that two shots never come from
-    one question. Among those sets, the first whose demonstrations together show the method's step
+    program: Method, predictor: str, groups: Sequence[tuple[dspy.Example, Sequence[Any]]], shots: int
+) -> tuple[list[Any], list[dspy.Example], str | None]:
+    """Up to ``shots`` demonstrations of ``predictor``, one call from each of as many distinct training questions
+    (``groups``: ``(example, its candidate calls)`` in training order), so that two shots never come from one
+    question. Among those sets, the first whose demonstrations together show the method's step
     (``program.demo_set_lacks`` is None) is taken, earlier questions and earlier calls first; when none does (or
     ``MAX_TRIED`` were checked), the first set. Returns (demos, their training examples, what the set lacks)."""
-    seen = {id(example) for example, _ in fixed}
-    groups = [(example, list(calls)) for example, calls in groups if calls and id(example) not in seen]
-    wanted = min(max(0, shots - len(fixed)), len(groups))
-    first: tuple[list, list] | None = None
+    groups = [(example, list(calls)) for example, calls in groups if calls]
+    first: tuple[list, list] = ([], [])
     tried = 0
-    for chosen in itertools.combinations(groups, wanted):
-        examples = [example for example, _ in fixed] + [example for example, _ in chosen]
-        for calls in itertools.product(*(calls for _, calls in chosen)):
-            demos = [demo for _, demo in fixed] + list(calls)
-            first = first or (demos, examples)
+    for chosen in itertools.combinations(groups, min(shots, len(groups))):
+        examples = [example for example, _ in chosen]
+        for demos in map(list, itertools.product(*(calls for _, calls in chosen))):
+            first = first if tried else (demos, examples)
             if program.demo_set_lacks(predictor, demos, examples) is None:
                 return demos, examples, None
             tried += 1
             if tried >= MAX_TRIED:
-                break
-        if tried >= MAX_TRIED:
-            break
-    demos, examples = first or ([demo for _, demo in fixed], [example for example, _ in fixed])
-    return demos, examples, program.demo_set_lacks(predictor, demos, examples)
+                return *first, program.demo_set_lacks(predictor, *first)
+    return *first, program.demo_set_lacks(predictor, *first)
 
 
 class LabeledWithDocuments(Teleprompter):
@@ -138,7 +130,7 @@ class LabeledWithDocuments(Teleprompter):
             needed = set(signature.fields) - {"documents"}
             groups = []
             for example, fields in offered:
-                fits = [{**empty, **f} for f in fields if needed <= {**empty, **f}.keys()]
+                fits = [f for f in ({**empty, **given} for given in fields) if needed <= f.keys()]
                 groups.append((example, [dspy.Example({n: f[n] for n in signature.fields if n in f}) for f in fits]))
             predictor.demos, _, lacks = select_demos(self.student, name, groups, self.shots)
             if lacks:
