@@ -13,7 +13,9 @@ Each claim is a comparison planned on its table's folder (``plan.py``), and its 
 (``paired.sign_flip_p``, McNemar's test) is adjusted with the others of that folder's family by Holm's rule, the
 same verdict it carries on the folder's own tables; ``family.verdict`` calls a claim ``held`` on a table when its
 difference is real in the claim's direction, ``not held`` when real against it, ``not shown`` otherwise; F1 and
-Acc decide nothing. A table that lacks either run of a claim leaves that cell empty.
+Acc decide nothing. A claim one of whose runs is compiled below a floor of its method (``floors.shortfalls``) is
+``not tested`` there, whatever its difference: IterDRAG that asks no follow-up tests nothing of IterDRAG. A table
+that lacks either run of a claim leaves that cell empty.
 """
 
 from __future__ import annotations
@@ -40,16 +42,16 @@ CLAIMS = (
 def check(folders: Sequence[Path]) -> list[dict[str, Any]]:
     """Each claim with, per folder, its comparison (``ci``: a ``BootstrapCI`` from the folder's planned family,
     ``plan.compared``; None where the folder lacks a run) and verdict."""
-    from ragscale.published.runs import load
+    from ragscale.published.runs import load  # the records' module loads DSPy
 
-    runs = {folder: load(folder)[1] for folder in folders}
+    loaded = {folder: load(folder) for folder in folders}
     return [
         {
             "claim": claim,
             "a": a,
             "b": b,
             "found": {
-                folder.name: _found(plan.compared(folder, a, b)) if a in runs[folder] and b in runs[folder] else None
+                folder.name: _found(folder, *loaded[folder], a, b) if {a, b} <= loaded[folder][1].keys() else None
                 for folder in folders
             },
         }
@@ -57,8 +59,13 @@ def check(folders: Sequence[Path]) -> list[dict[str, Any]]:
     ]
 
 
-def _found(ci) -> dict[str, Any] | None:
-    return None if ci is None else {"ci": ci, "verdict": family.verdict(ci)}
+def _found(folder: Path, manifest: dict, records: dict, a: str, b: str) -> dict[str, Any]:
+    from ragscale.published.floors import shortfalls  # the methods' floors: DSPy
+
+    ci = plan.compared(folder, a, b)
+    below = [name for name in (a, b) if shortfalls(manifest["runs"][name]["params"], records[name])]
+    verdict = f"not tested ({' and '.join(below)} below its floor)" if below else family.verdict(ci)
+    return {"ci": ci, "verdict": verdict}
 
 
 def table(folders: Sequence[Path], labels: Sequence[str]) -> str:

@@ -31,7 +31,7 @@ from ragscale.experiments.runner import PROGRAM
 from ragscale.experiments.sweep.adopt import MANIFEST, read_records
 from ragscale.experiments.sweep.ledger import run_records
 from ragscale.programs import PROGRAMS
-from ragscale.published import plan
+from ragscale.published import floors, plan
 
 KEPT = (
     "id", "prediction", "answers", "em", "f1", "acc", "retrieval_recall", "passage_ids", "lm_calls", "input_tokens",
@@ -42,6 +42,8 @@ asked (the follow-ups of a method that decomposes, with their answers, which als
 SUPERSEDED = "superseded"
 """A manifest's list of the entries later ones replaced, each whole, in the order they went: manifests are
 append-only, so a correction or a re-run is a new entry and the one before stays readable."""
+FLOOR_NOTE = "compiled below a floor of its method (docs/methods.md), so it does not do what its method is named for"
+"""What ``†`` says of a run in a table: the floors are ``Method.floors``, judged on its records (``floors.py``)."""
 MADE = ("cpu", "cpu_flags", "gpu", "git_commit", "git_dirty")
 """What a run recorded of where it was made (``provenance.py``): the machine and the commit."""
 
@@ -246,9 +248,9 @@ def points_by_run(records: dict[str, list[dict]], score: str = "em") -> dict[str
 
 def compared(folder: Path, baseline: str) -> dict[str, dict[str, Any]]:
     """Each run in ``folder`` by name: its params, its scores re-derived from its records
-    (``evaluate.record_scores``), its questions per minute (the manifest's, a timing), and its EM against the run
+    (``evaluate.record_scores``), its questions per minute (the manifest's, a timing), its EM against the run
     named ``baseline``, paired over question ids, from the folder's planned family (``ci``: ``plan.compared``;
-    None for the baseline)."""
+    None for the baseline), and the floors of its method its records fall below (``floors.shortfalls``)."""
     manifest, records = load(folder)
     if baseline not in records:
         raise KeyError(f"{folder}: no run named {baseline!r}; its runs: {', '.join(records)}")
@@ -258,6 +260,7 @@ def compared(folder: Path, baseline: str) -> dict[str, dict[str, Any]]:
             "scores": record_scores(records[name]),
             "questions_per_minute": manifest["runs"][name]["metrics"]["questions_per_minute"],
             "ci": None if name == baseline else plan.compared(folder, name, baseline),
+            "shortfalls": floors.shortfalls(manifest["runs"][name]["params"], records[name]),
         }
         for name in ordered(manifest["runs"])
     }
@@ -265,20 +268,26 @@ def compared(folder: Path, baseline: str) -> dict[str, dict[str, Any]]:
 
 def table(folder: Path, baseline: str) -> str:
     """The markdown table of the runs in ``folder`` against the run named ``baseline``, every number but questions
-    per minute re-derived from the records (``compared``), and under it the family its stars come from."""
+    per minute re-derived from the records (``compared``), and under it the family its stars come from; a compiled
+    run below a floor of its method is marked ``†`` and its shortfall said under the table."""
     lines = [
         "| method | optimizer | EM | dEM [95% CI] | F1 | Acc | retrieval recall | LM calls / q | effective context / q "
         "| q / min |",
         "|---|---|--:|---|--:|--:|--:|--:|--:|--:|",
     ]
+    below = []
     for name, run in compared(folder, baseline).items():
         scores, params = run["scores"], run["params"]
         recall = "" if scores["retrieval_recall"] is None else f"{scores['retrieval_recall']:.1f}"
-        cells = [row_of(params), params["optimizer"], f"{scores['em']:.1f}", format_ci(run["ci"], name == baseline),
+        if run["shortfalls"]:
+            below.append(f"{name}: {floors.describe(run['shortfalls'])}")
+        optimizer = params["optimizer"] + (" †" if run["shortfalls"] else "")
+        cells = [row_of(params), optimizer, f"{scores['em']:.1f}", format_ci(run["ci"], name == baseline),
                  f"{scores['f1']:.1f}", f"{scores['acc']:.1f}", recall, f"{scores['lm_calls_per_question']:.2f}",
                  f"{scores[EFFECTIVE_CONTEXT]:,.0f}", f"{run['questions_per_minute']:.1f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\n`*`: {plan.caption(folder)}."
+    note = f"\n\n`†`: {FLOOR_NOTE} ({'; '.join(below)})." if below else ""
+    return "\n".join(lines) + f"\n\n`*`: {plan.caption(folder)}." + note
 
 
 def plan_table(folder: Path, baseline: str) -> list[tuple[str, str]]:

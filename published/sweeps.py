@@ -44,26 +44,30 @@ from ragscale.experiments.sweep.report import (
 )
 from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.scores import read
+from ragscale.published.floors import describe, shortfalls
 from ragscale.published.runs import SUPERSEDED, made, points_by_run, predictions, refuse_dirty, supersede, write_records
 
 SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question")
 """The fields of a row that its records give again: the rest (timings, estimates) are the manifest's."""
 PLOT = "accuracy_vs_context.png"
-PARTS = ("table", "grid", "claims", "verdicts", "fit", "estimates")
+PARTS = ("table", "grid", "claims", "verdicts", "fit", "estimates", "floors")
 """What ``report`` makes: the budget table, the grid, the claims (in full, and in short: each with the comparison
-that decides it), the allocation model, and each configuration's effective context as estimated before it ran
-beside what it counted."""
+that decides it), the allocation model, each configuration's effective context as estimated before it ran
+beside what it counted, and the configurations with learned demonstrations that fall below a floor of their method
+(``floors.shortfalls``)."""
 
 
 @dataclass(frozen=True)
 class Sweep:
-    """A published sweep read back: its manifest, its rows and oracle rows with their scores re-derived, and each
-    run's per-question EM in percent by run id (what its claims pair)."""
+    """A published sweep read back: its manifest, its rows and oracle rows with their scores re-derived, each
+    run's per-question EM in percent by run id (what its claims pair), and the floors each configuration with learned
+    demonstrations falls below, by label (none where it keeps them)."""
 
     manifest: dict[str, Any]
     rows: list[Row]
     oracle: list[Row]
     em: dict[str, dict[str, float]]
+    below_floor: dict[str, list[tuple[str, float, float]]]
 
     @property
     def budgets(self) -> list[int]:
@@ -140,6 +144,7 @@ def load(folder: Path) -> Sweep:
     manifest = manifest_of(folder)
     parts: dict[str, list[Row]] = {"rows": [], "oracle": []}
     records: dict[str, list[dict]] = {}  # by run id
+    below: dict[str, list[tuple[str, float, float]]] = {}
     for part, rows in parts.items():
         for name, values in manifest[part].items():
             row = Row.from_json({k: v for k, v in values.items() if k not in PUBLISHED_FIELDS},
@@ -147,7 +152,11 @@ def load(folder: Path) -> Sweep:
             records[row.run_id] = read_records(folder / f"{name}.jsonl.gz")
             scores = record_scores(records[row.run_id])
             rows.append(replace(row, **{k: scores[k] for k in SCORED}))
-    return Sweep(manifest, parts["rows"], parts["oracle"], points_by_run(records))
+            learned = {"method": row.method, "optimizer": "learned" if row.shots else "none",
+                       "dataset": manifest["dataset"]}  # fmt: skip
+            if found := shortfalls(learned, records[row.run_id]):
+                below[row.label] = found
+    return Sweep(manifest, parts["rows"], parts["oracle"], points_by_run(records), below)
 
 
 def report(sweep: Sweep) -> dict[str, str]:
@@ -164,4 +173,16 @@ def report(sweep: Sweep) -> dict[str, str]:
         "verdicts": format_verdicts(claims, sweep.n),
         "fit": "no allocation model (too few configurations)" if fitted is None else format_allocation(fitted),
         "estimates": format_estimates(rows),
+        "floors": format_floors(sweep.below_floor),
     }
+
+
+def format_floors(below: dict[str, list[tuple[str, float, float]]]) -> str:
+    """The configurations below a floor of their method as a table, each with its shortfall: what the budget table,
+    the claims and the allocation model count under a method's name without its defining step."""
+    if not below:
+        return "Every configuration with learned demonstrations keeps its method's floors."
+    lines = ["| configuration | below its method's floor |", "|---|---|"]
+    for label, found in below.items():
+        lines.append(f"| {label} | {describe(found)} |")
+    return "\n".join(lines)
