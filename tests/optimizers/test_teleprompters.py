@@ -165,6 +165,21 @@ def test_random_search_picks_a_bootstrapped_candidate_and_caps_its_demos_and_doc
     assert all(demo.documents == [format_passage(BEST)] for demo in compiled.answer.demos)  # the most relevant one
 
 
+def test_the_bootstrap_of_random_search_and_mipro_shows_each_training_question_once_per_predictor():
+    """Random search and MIPRO bootstrap their candidates with DSPy's BootstrapFewShot (``optimizers/search.py``:
+    no labeled demonstrations), which keeps one call of each predictor per trace: IterDRAG's decomposition, called
+    three times on every chain here, still shows three distinct questions."""
+    student = IterDRAG(FixedRetriever(), k=2, max_iterations=3)
+    bootstrap = dspy.BootstrapFewShot(
+        metric=keeping_behaviour(em_metric, student), max_bootstrapped_demos=3, max_labeled_demos=0
+    )
+    with dspy.context(lm=following_up(chains=frozenset(range(6))), adapter=dspy.ChatAdapter()):
+        compiled = bootstrap.compile(student, trainset=multi_hop(6))
+    for name, predictor in compiled.named_predictors():
+        questions = [demo.get("question") or demo.sub_question for demo in predictor.demos]  # a follow-up's own
+        assert len(questions) == len(set(questions)) == 3, name
+
+
 def test_a_saved_program_reloads_to_the_same_demos_and_predictions(tmp_path):
     retriever = FixedRetriever()
     compiled = compile_program(
