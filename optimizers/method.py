@@ -58,6 +58,15 @@ def compile_method_with(
     return _checked(compiled, held_back, getattr(teleprompter, "threads", 1), lm, adapter)
 
 
+def check_loaded(program: Method, trainset: Sequence[dspy.Example], *, optimizer: str, threads: int = 1) -> Method:
+    """``program``, compiled earlier by ``optimizer`` on ``trainset`` and loaded from its JSON, checked against its
+    floors on the questions ``compile_method`` held back from it, with the LM and adapter of the caller's DSPy
+    context: a program saved before the floors were checked, or edited since, is held to them as one compiled now
+    is (``CompilationFailedError`` below a floor)."""
+    _, held_back = _held_back(program, trainset, compiles=optimizer != "none")
+    return _checked(program, held_back, threads, None, None)
+
+
 def _held_back(program: Method, trainset: Sequence[dspy.Example], *, compiles: bool) -> tuple[list, list]:
     """(compiled on, held back): the last ``floors.held_back_size`` questions held back when a teleprompter
     ``compiles`` a program (``none`` does not)."""

@@ -24,6 +24,7 @@ from ragscale.experiments.parts import build_program_for, compile_for, load_teac
 from ragscale.experiments.sweep.grid import Grid, Point, point_config
 from ragscale.experiments.sweep.plan import PlannedPoint
 from ragscale.optimizers.demos import cap_demos, redraw_demo_documents
+from ragscale.optimizers.method import check_loaded
 from ragscale.programs import method_named
 from ragscale.programs.lm import make_adapter, release_lm
 
@@ -68,13 +69,14 @@ def compile_once(
     program on ``load_teacher(config)`` when the config has a teacher. A program an earlier sitting compiled with the
     same settings and data, kept as JSON at ``saved`` (``compiled_path``), is loaded instead: the same
     demonstrations in every sitting, on every machine that adopts the sweep, and no teacher run again; one compiled
-    now is kept there."""
+    now is kept there. Either way it is checked against its method's floors on the training questions held back
+    from compiling (``check_loaded``): a saved program, too, is refused below a floor."""
     adapter = make_adapter(config.adapter)
     with dspy.context(lm=lm, adapter=adapter):
         if saved is not None and saved.exists():
             program = build_program_for(config, retriever)
             program.load(str(saved))
-            return program
+            return check_loaded(program, train, optimizer=config.optimizer, threads=config.threads)
         teacher_lm = None if config.teacher is None else lm if teaches_itself(config) else load_teacher(config)
         program = compile_for(config, build_program_for(config, retriever), train, lm, adapter, teacher_lm=teacher_lm)
     if saved is not None:

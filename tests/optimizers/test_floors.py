@@ -8,7 +8,7 @@ from doubles import FixedRetriever, examples
 from dspy.utils import DummyLM
 
 from ragscale.optimizers.floors import CompilationFailedError, held_back_size
-from ragscale.optimizers.method import compile_method
+from ragscale.optimizers.method import check_loaded, compile_method
 from ragscale.optimizers.metrics import em_metric
 from ragscale.programs import RAG, IterDRAG, MultiQuery
 
@@ -66,3 +66,18 @@ def test_held_back_questions_the_program_fails_on_are_left_out_and_all_failing_i
     with pytest.raises(CompilationFailedError, match=r"(?s)failed on all 2 held-back .* the first error: .*No more"):
         compile_method(MultiQuery(FixedRetriever(), k=1), examples(8), optimizer="labeled", metric=em_metric,
                        shots=2, docs_per_demo=5, lm=DummyLM([]))  # fmt: skip
+
+
+def test_a_saved_program_is_held_to_its_floors_when_it_is_loaded(tmp_path):
+    compiled_iterdrag(following_up(chains=frozenset({3})), multi_hop(8)).save(str(tmp_path / "iterdrag.json"))
+    loaded = IterDRAG(FixedRetriever(), k=2, max_iterations=3)
+    loaded.load(str(tmp_path / "iterdrag.json"))
+    with dspy.context(lm=following_up(chains=frozenset({3})), adapter=dspy.ChatAdapter()):
+        kept = check_loaded(loaded, multi_hop(8), optimizer="bootstrap")
+    assert kept.held_back_behaviour == {"questions_with_follow_up": 1.0}
+    declining = following_up()
+    for example in multi_hop(8)[6:]:  # the held-back questions, answered at once
+        declining.answers[example.question] = {"follow_up": "none", "answer": example.answers[0]}
+    with dspy.context(lm=declining, adapter=dspy.ChatAdapter()):
+        with pytest.raises(CompilationFailedError, match=r"questions_with_follow_up 0\.00 < floor 0\.50"):
+            check_loaded(loaded, multi_hop(8), optimizer="bootstrap")
