@@ -64,7 +64,8 @@ def _found(folder: Path, manifest: dict, records: dict, a: str, b: str) -> dict[
 
     ci = plan.compared(folder, a, b)
     below = [name for name in (a, b) if shortfalls(manifest["runs"][name]["params"], records[name])]
-    verdict = f"not tested ({' and '.join(below)} below its floor)" if below else family.verdict(ci)
+    whose = "its floor" if len(below) == 1 else "their floors"
+    verdict = f"not tested ({' and '.join(below)} below {whose})" if below else family.verdict(ci)
     return {"ci": ci, "verdict": verdict}
 
 

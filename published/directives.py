@@ -15,7 +15,8 @@ records. ``value`` writes the text of one; the kinds:
 - ``qpm FOLDER RUN``, ``metric FOLDER RUN METRIC``: its questions per minute, or a timing or count the manifest
   holds (``wall_s``, ``compile_s``, ``compile_lm_calls``, ...);
 - ``sweep FOLDER PART``: a published sweep's budget table, grid, claims or allocation model, made again from its
-  records (``sweeps.report``; ``PART`` one of ``table``, ``grid``, ``claims``, ``fit``, ``estimates``);
+  records (``sweeps.report``; ``PART`` one of ``sweeps.PARTS``: ``table``, ``grid``, ``claims``, ``verdicts``, ``fit``,
+  ``estimates``, ``floors``);
 - ``graders FOLDER``: a grader benchmark's table, made again from every passage's committed grade
   (``graders.table``); ``grader FOLDER ROW SCORE`` one of its scores (``graders.scores``: ``accuracy``, ``auc``, ...);
 - ``documents FOLDER PART ...``: a documents benchmark's tables and numbers, made again from every question's

@@ -22,7 +22,7 @@ from ragscale.programs.behaviour import is_multi_hop
 def shortfalls(params: dict[str, str], records: Sequence[dict]) -> list[tuple[str, float, float]]:
     """Each floor a published run (its ``params`` and per-question ``records``) falls below, as ``(behaviour,
     mean, floor)``; empty for an uncompiled run, a method without floors, or a run that keeps them. A question
-    that failed is left out, as it is when compiling."""
+    that failed is left out, as it is when compiling, and a behaviour no record reports is not judged."""
     method = PROGRAMS.get(params.get("method", ""))
     if params.get("optimizer", "none") == "none" or method is None or not method.floors:
         return []
@@ -30,11 +30,12 @@ def shortfalls(params: dict[str, str], records: Sequence[dict]) -> list[tuple[st
     if method.floors_multi_hop:
         multi_hop = multi_hop_ids(params["dataset"])
         answered = [r for r in answered if r["id"] in multi_hop]
-    if not answered:
-        return []
-    means = {name: sum((r.get("behaviour") or {}).get(name, 0.0) for r in answered) / len(answered)
-             for name, _ in method.floors}  # fmt: skip
-    return [(name, means[name], least) for name, least in method.floors if means[name] < least]
+    found = []
+    for name, least in method.floors:
+        values = [r["behaviour"][name] for r in answered if name in (r.get("behaviour") or {})]
+        if values and sum(values) / len(values) < least:
+            found.append((name, sum(values) / len(values), least))
+    return found
 
 
 def describe(found: Sequence[tuple[str, float, float]]) -> str:

@@ -29,7 +29,8 @@ from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.files import write_json
 from ragscale.experiments.sweep.adopt import MANIFEST, PUBLISHED_FIELDS, copy_compiled, manifest_of, read_records
-from ragscale.experiments.sweep.claims import check_claims, format_claims, format_verdicts
+from ragscale.experiments.sweep.carry import UNCOMPILED
+from ragscale.experiments.sweep.claims import check_claims, format_claims, format_verdicts, not_tested
 from ragscale.experiments.sweep.grid import file_label
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.ledger import RESULTS
@@ -152,7 +153,8 @@ def load(folder: Path) -> Sweep:
             records[row.run_id] = read_records(folder / f"{name}.jsonl.gz")
             scores = record_scores(records[row.run_id])
             rows.append(replace(row, **{k: scores[k] for k in SCORED}))
-            learned = {"method": row.method, "optimizer": "learned" if row.shots else "none",
+            uncompiled = row.program == UNCOMPILED or (row.program is None and not row.shots)  # None: not recorded
+            learned = {"method": row.method, "optimizer": "none" if uncompiled else "learned",
                        "dataset": manifest["dataset"]}  # fmt: skip
             if found := shortfalls(learned, records[row.run_id]):
                 below[row.label] = found
@@ -165,7 +167,7 @@ def report(sweep: Sweep) -> dict[str, str]:
     rows, budgets = sweep.rows, sweep.budgets
     fitted = fit_allocation(rows, budgets, sweep.manifest["dataset"])
     held_out = HeldOut(lambda row: sweep.em.get(row.run_id), rows)
-    claims = check_claims(rows, budgets, fitted, sweep.em.get, oracle=sweep.oracle)
+    claims = not_tested(check_claims(rows, budgets, fitted, sweep.em.get, oracle=sweep.oracle), sweep.below_floor)
     return {
         "table": format_table(budget_table(rows, budgets, held_out)),
         "grid": format_grid(rows),
@@ -181,7 +183,7 @@ def format_floors(below: dict[str, list[tuple[str, float, float]]]) -> str:
     """The configurations below a floor of their method as a table, each with its shortfall: what the budget table,
     the claims and the allocation model count under a method's name without its defining step."""
     if not below:
-        return "Every configuration with learned demonstrations keeps its method's floors."
+        return "No configuration with learned demonstrations falls below a floor its records measure."
     lines = ["| configuration | below its method's floor |", "|---|---|"]
     for label, found in below.items():
         lines.append(f"| {label} | {describe(found)} |")

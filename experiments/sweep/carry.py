@@ -48,11 +48,15 @@ def stopped_before_cap(method: str, records: Sequence[Mapping[str, Any]], cap: i
     return [r for r in records if r.get("error") is None and (r.get("behaviour") or {}).get(count, cap) < cap]
 
 
+UNCOMPILED = "uncompiled"
+"""``program_digest`` of no compiled program: the program as built, with no shots."""
+
+
 def program_digest(program: Any) -> str:
     """What identifies the state of the program a configuration runs (its demonstrations and instructions): a hash of
-    ``dump_state()``; "uncompiled" for none (no shots: the program as built)."""
+    ``dump_state()``; ``UNCOMPILED`` for none (no shots: the program as built)."""
     if program is None:
-        return "uncompiled"
+        return UNCOMPILED
     state = json.dumps(program.dump_state(), sort_keys=True, default=str)
     return hashlib.sha256(state.encode("utf-8")).hexdigest()[:16]
 

@@ -30,6 +30,9 @@ that comparison into the claim's verdict; the others are shown beside it:
   the grid's largest documents and no shot against closed-book;
 - allocation: R² and every pick reach ``ALLOCATION_R2`` and ``ALLOCATION_PICK`` (held or not held: no test).
 
+Each claim names the configurations its verdict rests on (``decides``); one of them below a floor of its method
+makes the claim ``not tested`` (``not_tested``), whatever its comparison shows.
+
 A best per budget (overall, or DRAG's and IterDRAG's) is chosen on one half of the questions, ties broken without
 reading the other half (``heldout``), and every comparison that involves it is made on the other half, so the
 choice does not lean the comparison its way; the comparisons of settings named in advance use every question.
@@ -41,12 +44,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ragscale.experiments import family
 from ragscale.experiments.paired import BootstrapCI, format_ci, paired_bootstrap
-from ragscale.experiments.sweep.grid import BASELINE, format_size, rows_of
+from ragscale.experiments.sweep.grid import BASELINE, Point, format_size, rows_of
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.rows import Row
 
@@ -134,6 +137,7 @@ def scaling(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs) -> dict[s
         "here": f"best per budget, EM held out (tokens): {path}; {span}",
         "verdict": verdict,
         "pairs": rises + ([overall] if overall else []),
+        "decides": _labels(overall),
     }
 
 
@@ -172,6 +176,7 @@ def drag_then_iterdrag(rows: Sequence[Row], budgets: Sequence[int], pairs: Pairs
         + ("; the smallest budget fits DRAG and no IterDRAG" if drag_alone else ""),
         "verdict": verdict,
         "pairs": [p for _, _, p in found],
+        "decides": sorted({*_labels(found[0][2]), *_labels(found[-1][2])}),
     }
 
 
@@ -190,6 +195,7 @@ def same_setting(rows: Sequence[Row], pairs: Pairs, *, claim: str, changed: Call
         "here": "; ".join(f"{p['a']} - {p['b']}: {p['text']}" for p in found) + f" (decides: {found[-1]['a']})",
         "verdict": family.verdict(found[-1]["ci"]),
         "pairs": found,
+        "decides": _labels(found[-1]),
     }
 
 
@@ -210,6 +216,7 @@ def allocation_fit(fitted: Mapping[str, Any] | None) -> dict[str, Any] | None:
         f"the best; extrapolated {extra} (held needs R² >= {ALLOCATION_R2} and every pick >= {ALLOCATION_PICK:.0f}%)",
         "verdict": "held" if held else "not held",
         "pairs": [],
+        "decides": sorted({_point(a["predicted"]).label for a in fitted["at_budget"]}),
     }
 
 
@@ -225,6 +232,7 @@ def retrieval(rows: Sequence[Row], pairs: Pairs) -> dict[str, Any] | None:
         "here": "; ".join(f"{p['a']} - closed-book: {p['text']}" for p in found) + f" (decides: {found[-1]['a']})",
         "verdict": family.verdict(found[-1]["ci"]),
         "pairs": found,
+        "decides": _labels(found[-1]),
     }
 
 
@@ -243,7 +251,8 @@ def oracle_bounds(rows: Sequence[Row], budgets: Sequence[int], oracle: Sequence[
             p = pairs.pair(a, b, held_out=held_out)
             here = f"{p['a']} {p['a_em']:.1f} ({a.effective_context():,.0f} tokens) - {p['b']} {p['b_em']:.1f} "
             here += f"({b.effective_context():,.0f}): {p['text']}"
-            claims.append({"claim": claim, "here": here, "verdict": family.verdict(p["ci"]), "pairs": [p]})
+            claims.append({"claim": claim, "here": here, "verdict": family.verdict(p["ci"]), "pairs": [p],
+                           "decides": _labels(p)})  # fmt: skip
     return claims
 
 
@@ -257,8 +266,8 @@ def check_claims(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """The claims the sweep's rows (and its ``oracle`` rows) speak to, in the order of the module docstring: each
-    the claim, what was found here (numbers and CIs), the verdict, and the paired comparisons behind it
-    (JSON-ready)."""
+    the claim, what was found here (numbers and CIs), the verdict, the paired comparisons behind it (JSON-ready),
+    and the configurations that decide it."""
     measured = _measured(rows)
     budgets, pairs = sorted(budgets), Pairs(scores, seed, [*measured, *oracle])
     _claims(measured, budgets, fitted, oracle, pairs)  # every comparison made once, then adjusted as one family
@@ -285,6 +294,29 @@ def _claims(measured: Sequence[Row], budgets: Sequence[int], fitted, oracle: Seq
         retrieval(measured, pairs),
         *(oracle_bounds(measured, budgets, oracle, pairs) if budgets else []),
     ]  # fmt: skip
+
+
+def not_tested(claims: Sequence[dict[str, Any]], below_floor: Collection[str]) -> list[dict[str, Any]]:
+    """``claims`` with the verdict of each one decided by a configuration in ``below_floor`` (labels of
+    configurations that fall below a floor of their method: ``published.floors``) made ``not tested``: a claim of
+    IterDRAG decided by an IterDRAG that asks no follow-up tests nothing of IterDRAG."""
+    marked = []
+    for claim in claims:
+        below = [name for name in claim["decides"] if name in below_floor]
+        whose = "its floor" if len(below) == 1 else "their floors"
+        verdict = f"not tested ({', '.join(below)} below {whose})" if below else claim["verdict"]
+        marked.append({**claim, "verdict": verdict})
+    return marked
+
+
+def _point(predicted: Mapping[str, Any]) -> Point:
+    """The configuration an allocation pick names (``allocation.assess``'s ``predicted``)."""
+    return Point(predicted["method"], predicted["docs"], predicted["shots"], predicted["iterations"])
+
+
+def _labels(pair: Mapping[str, Any] | None) -> list[str]:
+    """The configurations a deciding comparison pairs."""
+    return [] if pair is None else [pair["a"], pair["b"]]
 
 
 def _measured(rows: Sequence[Row]) -> list[Row]:

@@ -9,6 +9,7 @@ as many documents as the test question)."""
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -24,9 +25,12 @@ from ragscale.experiments.parts import build_program_for, compile_for, load_teac
 from ragscale.experiments.sweep.grid import Grid, Point, point_config
 from ragscale.experiments.sweep.plan import PlannedPoint
 from ragscale.optimizers.demos import cap_demos, redraw_demo_documents
+from ragscale.optimizers.floors import CompilationFailedError
 from ragscale.optimizers.method import check_loaded
 from ragscale.programs import method_named
 from ragscale.programs.lm import make_adapter, release_lm
+
+logger = logging.getLogger(__name__)
 
 CHAIN_DOCS = 5
 """The documents per query at which an iterating method's chains are bootstrapped: enough for the teacher to find
@@ -70,13 +74,21 @@ def compile_once(
     same settings and data, kept as JSON at ``saved`` (``compiled_path``), is loaded instead: the same
     demonstrations in every sitting, on every machine that adopts the sweep, and no teacher run again; one compiled
     now is kept there. Either way it is checked against its method's floors on the training questions held back
-    from compiling (``check_loaded``): a saved program, too, is refused below a floor."""
+    from compiling (``check_loaded``): a kept program below a floor is moved aside (``<name>.below-floor``, out of
+    the sweep's and publishing's ``*.json``) and the group compiled again, so that a sweep adopting programs made
+    before the check, or by older code, is not held to them; one compiled now that falls below raises."""
     adapter = make_adapter(config.adapter)
     with dspy.context(lm=lm, adapter=adapter):
         if saved is not None and saved.exists():
             program = build_program_for(config, retriever)
             program.load(str(saved))
-            return check_loaded(program, train, optimizer=config.optimizer, threads=config.threads)
+            try:
+                return check_loaded(program, train, optimizer=config.optimizer, threads=config.threads)
+            except CompilationFailedError as refused:
+                aside = saved.with_name(saved.name + ".below-floor")
+                saved.replace(aside)
+                logger.warning("the kept program %s is refused (%s); compiling its group again, the kept one moved "
+                               "to %s", saved.name, refused, aside.name)  # fmt: skip
         teacher_lm = None if config.teacher is None else lm if teaches_itself(config) else load_teacher(config)
         program = compile_for(config, build_program_for(config, retriever), train, lm, adapter, teacher_lm=teacher_lm)
     if saved is not None:

@@ -11,6 +11,7 @@ from ragscale.published.core_claims import check
 from ragscale.published.directives import RESULTS
 from ragscale.published.floors import shortfalls
 from ragscale.published.runs import table
+from ragscale.published.sweeps import format_floors
 
 ITERDRAG = {"method": "iterdrag", "optimizer": "bootstrap", "dataset": "hotpotqa"}
 
@@ -55,9 +56,17 @@ def test_a_table_marks_the_run_below_its_floor_and_a_claim_on_it_is_not_tested(t
     assert "| iterdrag | bootstrap † |" in written and "| drag | bootstrap |" in written
     assert "`†`: compiled below a floor of its method" in written
     assert "iterdrag-bootstrap: questions_with_follow_up 0.00 < floor 0.5" in written
-    found = {c["claim"]: c["found"][demo.name] for c in check([demo])}
+    try:
+        found = {c["claim"]: c["found"][demo.name] for c in check([demo])}
+    finally:
+        plan.adjusted.cache_clear()  # the family of a folder that goes with tmp_path
     assert found["IterDRAG beats DRAG on multi-hop questions"]["verdict"] == (
         "not tested (iterdrag-bootstrap below its floor)"
     )
     assert found["retrieval beats closed-book"]["verdict"] == "held"  # the claims on other runs stand
-    plan.adjusted.cache_clear()
+
+
+def test_a_sweep_lists_its_configurations_below_their_floor_or_says_none_is():
+    assert format_floors({}).startswith("No configuration with learned demonstrations falls below")
+    listed = format_floors({"iterdrag k=5 m=2 n=1": [("questions_with_follow_up", 0.05, 0.5)]})
+    assert "| iterdrag k=5 m=2 n=1 | questions_with_follow_up 0.05 < floor 0.5 |" in listed

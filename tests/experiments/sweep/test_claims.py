@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from ragscale.experiments.sweep.claims import check_claims, format_claims
+from ragscale.experiments.sweep.claims import check_claims, format_claims, not_tested
 from ragscale.experiments.sweep.rows import Row
 
 N = 100
@@ -36,16 +36,21 @@ def claim(rows, budgets, starts, fitted=None):
 
 
 SCALING = "under the best allocation"
+RAG_K5 = {"method": "rag", "docs": 5, "shots": 0, "iterations": 0}
 ORDER = "DRAG is best at small budgets"
 
 
+RISING = [
+    row("closed-book", 0, 0, 0, 10, 100),
+    row("rag", 5, 0, 0, 30, 800),
+    row("drag", 5, 2, 0, 45, 1800),
+    row("iterdrag", 5, 2, 1, 60, 3500),
+]
+"""Each budget's best better than the one before."""
+
+
 def test_the_scaling_claim_is_decided_by_the_best_at_the_largest_budget_against_the_best_at_the_smallest_alone():
-    rising = [
-        row("closed-book", 0, 0, 0, 10, 100),
-        row("rag", 5, 0, 0, 30, 800),
-        row("drag", 5, 2, 0, 45, 1800),
-        row("iterdrag", 5, 2, 1, 60, 3500),
-    ]
+    rising = RISING
     found = claim(rising, [1000, 2000, 4000], SCALING)
     assert found["verdict"] == "held"
     assert "4k - 1k: +30.0" in found["here"]
@@ -118,11 +123,11 @@ def test_drag_and_iterations_are_compared_at_the_same_documents_and_shots_only()
 def test_the_allocation_claim_needs_the_papers_fit_and_picks_within_a_few_percent(r2, picks, verdict):
     fitted = {
         "model": {"r2": r2, "mse": 0.1},
-        "at_budget": [{"percent_of_best": p} for p in picks],
+        "at_budget": [{"percent_of_best": p, "predicted": RAG_K5} for p in picks],
         "extrapolation": [{"percent_of_best": picks[-1]}],
     }
     claims = check_claims([], [1000], fitted, lambda run_id: None)
-    assert [c["verdict"] for c in claims] == [verdict]
+    assert [c["verdict"] for c in claims] == [verdict] and claims[0]["decides"] == ["rag k=5 m=0"]  # its picks
 
 
 def test_without_per_question_scores_a_comparison_is_not_shown_and_says_so():
@@ -179,3 +184,13 @@ def test_the_verdicts_table_shows_each_claim_with_only_the_comparison_that_decid
     # the scaling claim's deciding pair says which budgets' bests it sets against each other
     scaling = claim(rows, [1000, 4000], SCALING)
     assert "| the best at 4k - 1k: rag k=10 m=0 - rag k=" in format_verdicts([scaling], N)
+
+
+def test_a_claim_decided_by_a_configuration_below_its_floor_is_not_tested_and_the_others_keep_their_verdicts():
+    claims = check_claims(RISING, [1000, 2000, 4000], None, scores_of(RISING))
+    scaling = next(c for c in claims if c["claim"].startswith(SCALING))
+    assert scaling["verdict"] == "held" and scaling["decides"] == ["iterdrag k=5 m=2 n=1", "rag k=5 m=0"]
+    marked = {c["claim"]: c["verdict"] for c in not_tested(claims, {"iterdrag k=5 m=2 n=1"})}
+    assert marked[scaling["claim"]] == "not tested (iterdrag k=5 m=2 n=1 below its floor)"
+    assert marked["retrieval beats closed-book"] == "held"  # rag k=5 m=0 - closed-book decides it
+    assert not_tested(claims, set()) == claims
