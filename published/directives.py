@@ -12,6 +12,9 @@ records. ``value`` writes the text of one; the kinds:
   table beside the folder's ``table``;
 - ``share`` and ``mean`` ``FOLDER RUN NAME``: the mean of one of its behaviour values (``Method.behaviour``) as a
   percentage of questions, or as a number;
+- ``held FOLDER RUN NAME``: the mean of a behaviour its method has a floor for, measured when it was compiled on the
+  training questions held back from compiling (the run's ``held_back.NAME`` param: ``optimizers/floors.py``), as
+  a percentage;
 - ``qpm FOLDER RUN``, ``metric FOLDER RUN METRIC``: its questions per minute, or a timing or count the manifest
   holds (``wall_s``, ``compile_s``, ``compile_lm_calls``, ...);
 - ``sweep FOLDER PART``: a published sweep's budget table, grid, claims or allocation model, made again from its
@@ -267,6 +270,18 @@ def _behaviour_value(kind: str, args: list[str]) -> str:
     return f"{100 * found:.0f}%" if kind == "share" else f"{found:.2f}"
 
 
+def _held(kind: str, args: list[str]) -> str:
+    runs = _loaded(args[0])[0]["runs"]
+    if args[1] not in runs:
+        raise DirectiveError(f"{args[0]}: no run named {args[1]!r}; its runs: {', '.join(runs)}")
+    params = runs[args[1]]["params"]
+    if f"held_back.{args[2]}" not in params:
+        measured = [key.removeprefix("held_back.") for key in params if key.startswith("held_back.")]
+        raise DirectiveError(f"{args[0]} {args[1]}: no floor of {args[2]!r} was measured on held-back questions; "
+                             f"measured: {', '.join(measured) or 'none'}")  # fmt: skip
+    return f"{100 * float(params[f'held_back.{args[2]}']):.0f}%"
+
+
 def _provenance(kind: str, args: list[str]) -> str:
     from ragscale.published.runs import load_manifest, made_by_command, made_on
 
@@ -302,6 +317,7 @@ ON_FOLDER: dict[str, tuple[int, Callable[[str, list[str]], str]]] = {
     "diff": (3, _diff),
     "share": (3, _behaviour_value),
     "mean": (3, _behaviour_value),
+    "held": (3, _held),
     "made": (1, _provenance),
     "command": (1, _provenance),
     "qpm": (2, _metric),
