@@ -25,8 +25,20 @@ HELD_BACK = 8
 """The most training questions held back from compiling to measure the floors on."""
 
 
+ADVICE = (
+    "Its demonstrations teach it to skip its defining step; compile with more training questions (--train-limit), "
+    "a teacher (--teacher), or another optimizer"
+)
+"""What a refused compilation's message suggests."""
+
+
 class CompilationFailedError(RuntimeError):
-    """A compiled program fell below a floor of its method on the held-back questions."""
+    """A compiled program fell below a floor of its method on the held-back questions; ``shortfalls`` says which
+    means fell short (``""`` when none could be measured)."""
+
+    def __init__(self, message: str, shortfalls: str = ""):
+        super().__init__(message)
+        self.shortfalls = shortfalls
 
 
 def held_back_size(program: Method, trainset: Sequence[dspy.Example]) -> int:
@@ -70,8 +82,8 @@ def check(program: Method, examples: Sequence[dspy.Example], *, threads: int = 1
         shortfalls = "; ".join(f"{name} {measured[name]:.2f} < floor {least:.2f}" for name, least in below)
         raise CompilationFailedError(
             f"compiled {program.name} fell below its floor on {len(program.floor_examples(examples))} held-back "
-            f"training questions: {shortfalls}. Its demonstrations teach it to skip its defining step; compile "
-            "with another seed, more training questions (--train-limit), a teacher (--teacher), or another optimizer"
+            f"training questions: {shortfalls}. {ADVICE}",
+            shortfalls,
         )
     if measured:
         logger.info("compiled %s kept its floors on held-back questions: %s", program.name, measured)

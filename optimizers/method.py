@@ -1,9 +1,12 @@
 """A method compiled whole: its program by a teleprompter, then its graders (CRAG's, Self-RAG's) on their own
 relevance labels by the same teleprompter and teacher, then checked against its method's floors on training
-questions held back from both (``floors.py``). ``ragscale run`` and ``ragscale.compile`` both compile so."""
+questions held back from both (``floors.py``). A compilation below a floor is made again from other traces, the
+training questions drawn in another order (the next seeds), ``RECOMPILES`` times at most before it is refused.
+``ragscale run`` and ``ragscale.compile`` both compile so."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +17,12 @@ from ragscale.optimizers.base import Teleprompter
 from ragscale.optimizers.graders import compile_graders
 from ragscale.optimizers.teleprompters import Metric, compile_program, compile_with
 from ragscale.programs.base import Method
+
+logger = logging.getLogger(__name__)
+
+RECOMPILES = 2
+"""How many times a compilation that falls below a floor is made again, each from the training questions drawn in
+another order, before ``CompilationFailedError`` refuses it."""
 
 
 def compile_method(
@@ -30,14 +39,32 @@ def compile_method(
     """``compile_program`` then ``compile_graders`` with the same ``shots``, ``threads`` and ``settings`` (lm,
     adapter, seed, teacher_lm, reflection_lm, budget); ``valset``, ``num_candidates`` and ``max_attempts`` among
     ``settings`` are the program's teleprompter's alone. A method with floors has the last ``floors.held_back_size``
-    training questions held back and the compiled program checked on them (``floors.check``: a program below a
-    floor raises ``CompilationFailedError``); the means measured are left on it as ``held_back_behaviour``."""
+    training questions held back and the compiled program checked on them (``floors.check``); one below a floor is
+    compiled again with the next seed, up to ``RECOMPILES`` times, and then ``CompilationFailedError`` names every
+    attempt's shortfall. The means measured are left on the program kept as ``held_back_behaviour``."""
     own = {key: settings.pop(key) for key in ("valset", "num_candidates", "max_attempts") if key in settings}
     train, held_back = _held_back(program, trainset, compiles=optimizer != "none")
-    compiled = compile_program(program, train, optimizer=optimizer, metric=metric, shots=shots,
-                               docs_per_demo=docs_per_demo, threads=threads, **settings, **own)  # fmt: skip
-    compiled = compile_graders(compiled, train, optimizer=optimizer, shots=shots, threads=threads, **settings)
-    return _checked(compiled, held_back, threads, settings.get("lm"), settings.get("adapter"))
+    seed, refused = settings.pop("seed", 0), []
+    for attempt in range(RECOMPILES + 1 if held_back else 1):
+        compiled = compile_program(program, train, optimizer=optimizer, metric=metric, shots=shots,
+                                   docs_per_demo=docs_per_demo, threads=threads, seed=seed + attempt, **settings,
+                                   **own)  # fmt: skip
+        compiled = compile_graders(compiled, train, optimizer=optimizer, shots=shots, threads=threads,
+                                   seed=seed + attempt, **settings)  # fmt: skip
+        try:
+            return _checked(compiled, held_back, threads, settings.get("lm"), settings.get("adapter"))
+        except floors.CompilationFailedError as below:
+            if not below.shortfalls:  # nothing measured (every held-back question failed): another set cannot help
+                raise
+            refused.append(f"seed {seed + attempt}: {below.shortfalls}")
+            if attempt < RECOMPILES:
+                logger.warning("%s; compiling again from other traces (seed %d)", below, seed + attempt + 1)
+    raise floors.CompilationFailedError(
+        f"compiled {program.name} fell below its floor on {len(program.floor_examples(held_back))} held-back training "
+        f"questions with each of {len(refused)} demonstration sets, the training questions drawn in another order "
+        f"each time ({'; '.join(refused)}). {floors.ADVICE}",
+        "; ".join(refused),
+    )
 
 
 def compile_method_with(

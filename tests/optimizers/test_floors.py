@@ -5,6 +5,7 @@ import dspy
 import pytest
 from compiling import following_up, multi_hop
 from doubles import FixedRetriever, examples
+from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.utils import DummyLM
 
 from ragscale.optimizers.floors import CompilationFailedError, held_back_size
@@ -22,8 +23,12 @@ def test_an_iterdrag_that_answers_held_back_questions_with_no_follow_up_is_refus
     lm = following_up(chains=frozenset({3}))
     for example in multi_hop(8)[6:]:  # the two held back: the compiled reader declines at once, as DRAG
         lm.answers[example.question] = {"follow_up": "none", "answer": example.answers[0]}
-    with pytest.raises(CompilationFailedError, match=r"iterdrag .* 2 held-back .*questions_with_follow_up 0\.00 < "):
+    with pytest.raises(
+        CompilationFailedError, match=r"iterdrag .* 2 held-back .*questions_with_follow_up 0\.00 < "
+    ) as refused:
         compiled_iterdrag(lm, multi_hop(8))
+    assert "each of 3 demonstration sets" in str(refused.value)  # compiled again twice, from other traces
+    assert [f"seed {seed}: questions_with_follow_up" in refused.value.shortfalls for seed in (0, 1, 2)] == [True] * 3
     assert "held-back question" not in caplog.text  # answered, with no follow-up: not failed
 
 
@@ -81,3 +86,41 @@ def test_a_saved_program_is_held_to_its_floors_when_it_is_loaded(tmp_path):
     with dspy.context(lm=declining, adapter=dspy.ChatAdapter()):
         with pytest.raises(CompilationFailedError, match=r"questions_with_follow_up 0\.00 < floor 0\.50"):
             check_loaded(loaded, multi_hop(8), optimizer="bootstrap")
+
+
+class ChainImitatingEngine(DummyEngine):
+    """``following_up(chains={3})``'s replies, except that on a held-back question a prompt whose demonstrations
+    show no chain of two ("Which country holds city ...") is answered at once, with no follow-up."""
+
+    def _complete_messages(self, messages):
+        held = [i for i, ex in enumerate(multi_hop(8)) if i >= 6 and ex.question in messages[-1]["content"]]
+        shown = any("Which country holds city" in message["content"] for message in messages[:-1])
+        if held and not shown:
+            return super()._complete_messages([*messages[:-1], {"role": "user", "content": f"declining #{held[0]}"}])
+        return super()._complete_messages(messages)
+
+
+class ChainImitating(DummyLM):
+    """A reader that decomposes a question as far as its demonstrations show (see ``ChainImitatingEngine``)."""
+
+    def __init__(self):
+        super().__init__(following_up(chains=frozenset({3})).answers)
+        for i, example in enumerate(multi_hop(8)[6:], start=6):
+            self.answers[f"declining #{i}"] = {"follow_up": "none", "answer": example.answers[0]}
+        self._engine_spec = ChainImitatingEngine(self)
+        self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
+
+    def copy(self, **kwargs):
+        copied = super().copy(**kwargs)
+        copied._engine_spec = ChainImitatingEngine(copied)
+        copied._async_engine_spec = AsyncDummyEngine(copied._engine_spec)
+        return copied
+
+
+def test_a_compilation_below_its_floor_is_made_again_from_other_traces_and_the_one_that_keeps_it_is_kept(caplog):
+    """Seed 0 draws two training questions of one follow-up each; the reader, shown no chain of two, declines the
+    held-back questions. Seed 1 draws the question with a chain of two, and the reader asks."""
+    compiled = compiled_iterdrag(ChainImitating(), multi_hop(8))
+    assert compiled.held_back_behaviour == {"questions_with_follow_up": 1.0}
+    assert "compiling again from other traces (seed 1)" in caplog.text
+    assert "Where is landmark 3?" in {demo.question for demo in compiled.decompose.demos}

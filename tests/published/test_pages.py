@@ -41,7 +41,8 @@ def test_a_changed_number_fails_and_a_bad_directive_names_its_line():
     with pytest.raises(DirectiveError, match=r"no metric 'compile_calls'; it has .*compile_lm_calls"):
         render(f"<!--= metric {demo} iterdrag-bootstrap compile_calls -->x<!--/-->")
     core = "core-hotpotqa-qwen2.5-coder-0.5b"
-    assert render(f"<!--= held {core} iterdrag-bootstrap questions_with_follow_up -->x<!--/-->").endswith("100%<!--/-->")
+    held = render(f"<!--= held {core} iterdrag-bootstrap questions_with_follow_up -->x<!--/-->")
+    assert held.endswith("-->100%<!--/-->")
     with pytest.raises(DirectiveError, match=r"no floor of 'follow_ups' was measured .*: questions_with_follow_up"):
         render(f"<!--= held {core} iterdrag-bootstrap follow_ups -->x<!--/-->")
     with pytest.raises(DirectiveError, match="no run named 'hyde-none'"):
