@@ -286,8 +286,12 @@ def table(folder: Path, baseline: str) -> str:
                  f"{scores['f1']:.1f}", f"{scores['acc']:.1f}", recall, f"{scores['lm_calls_per_question']:.2f}",
                  f"{scores[EFFECTIVE_CONTEXT]:,.0f}", f"{run['questions_per_minute']:.1f}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    note = f"\n\n`†`: {FLOOR_NOTE} ({'; '.join(below)})." if below else ""
-    return "\n".join(lines) + f"\n\n`*`: {plan.caption(folder)}." + note
+    return "\n".join(lines) + f"\n\n`*`: {plan.caption(folder)}." + _floor_note(below)
+
+
+def _floor_note(below: list[str]) -> str:
+    """The note under a table on its runs marked ``†`` (``below``: each with its shortfall), if any."""
+    return f"\n\n`†`: {FLOOR_NOTE} ({'; '.join(below)})." if below else ""
 
 
 def plan_table(folder: Path, baseline: str) -> list[tuple[str, str]]:
@@ -305,7 +309,7 @@ def plan_table(folder: Path, baseline: str) -> list[tuple[str, str]]:
 def compiled_table(folder: Path, against: str = "none") -> str:
     """Each method's runs in ``folder`` against its run under the optimizer ``against`` (by default its uncompiled
     run), paired over question ids: EM from the folder's planned family (``plan.compared``), and F1 beside it,
-    adjusted as its own and never marked."""
+    adjusted as its own and never marked; a run below a floor of its method is marked ``†`` as in ``table``."""
     manifest, records = load(folder)
     params = {name: run["params"] for name, run in manifest["runs"].items()}
     pairs = [
@@ -316,7 +320,11 @@ def compiled_table(folder: Path, against: str = "none") -> str:
     f1 = points_by_run(records, "f1")
     f1_cis = family.adjust([paired_bootstrap(f1[a], f1[b]) for a, b in pairs])
     lines = ["| method | optimizer | dEM [95% CI] | dF1 [95% CI] |", "|---|---|---|---|"]
+    below = []
     for (name, base), f1_ci in zip(pairs, f1_cis, strict=True):
-        lines.append(f"| {row_of(params[name])} | {params[name]['optimizer']} | "
+        if found := floors.shortfalls(params[name], records[name]):
+            below.append(f"{name}: {floors.describe(found)}")
+        optimizer = params[name]["optimizer"] + (" †" if found else "")
+        lines.append(f"| {row_of(params[name])} | {optimizer} | "
                      f"{format_ci(plan.compared(folder, name, base))} | {format_ci(f1_ci, mark=False)} |")  # fmt: skip
-    return "\n".join(lines) + f"\n\n`*`: {plan.caption(folder)}."
+    return "\n".join(lines) + f"\n\n`*`: {plan.caption(folder)}." + _floor_note(below)
