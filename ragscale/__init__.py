@@ -15,8 +15,9 @@ Models and data:
     configure (the LM and adapter), load_lm, load_split, load_corpus, retriever (a corpus, a dataset name, a JSONL
     file, a list of texts or a search function).
 Compiling and measuring:
-    compile (a teleprompter by name, a metric by name or a callable), evaluate (EM, F1, per-question records, token
-    usage: an ``Evaluation``), meter (every LM call's tokens).
+    compile (a teleprompter by name, a metric by name or a callable; CompilationFailedError when every program it
+    tried falls below its method's floor), evaluate (EM, F1, per-question records, token usage: an
+    ``Evaluation``), meter (every LM call's tokens).
 Tracked experiments:
     RunConfig and run (what ``ragscale run`` does, tracked in MLflow, the compiled program logged as an MLflow model).
 
@@ -50,6 +51,7 @@ _HOMES = {
     **dict.fromkeys(("configure", "load_split", "load_corpus"), "ragscale.inputs"),
     "retriever": "ragscale.retrievers",
     "compile": "ragscale.compiling",
+    "CompilationFailedError": "ragscale.optimizers.floors",
     "evaluate": "ragscale.evaluation",
     "Evaluation": "ragscale.evaluation",
     "run": "ragscale.runs",

@@ -13,7 +13,7 @@ import ragscale
 METHODS = ("ClosedBook", "RAG", "DRAG", "IterDRAG", "MultiQuery", "RAGFusion", "DecomposeRecursive",
            "DecomposeIndividual", "StepBackRAG", "HyDE", "IRCoT", "SearchChain", "RAT", "CRAG", "SelfRAG")  # fmt: skip
 CALLS = ("Method", "load_lm", "load_split", "load_corpus", "retriever", "compile", "evaluate", "meter", "RunConfig",
-         "run", "configure", "Evaluation")  # fmt: skip
+         "run", "configure", "Evaluation", "CompilationFailedError")  # fmt: skip
 
 
 def test_importing_ragscale_loads_no_torch_and_no_dspy():
