@@ -64,3 +64,10 @@ def verdict(ci: Any, claimed: int = 1) -> str:
     if ci is None or not ci.is_real() or ci.diff == 0:
         return "not shown"
     return "held" if (ci.diff > 0) == (claimed > 0) else "not held"
+
+
+def not_tested(below_floor: Sequence[str]) -> str:
+    """The verdict of a claim resting on runs or configurations (``below_floor``) compiled below a floor of their
+    method, whatever its difference: they do not do what the claim's method is named for."""
+    whose = "its floor" if len(below_floor) == 1 else "their floors"
+    return f"not tested ({', '.join(below_floor)} below {whose})"

@@ -64,9 +64,7 @@ def _found(folder: Path, manifest: dict, records: dict, a: str, b: str) -> dict[
 
     ci = plan.compared(folder, a, b)
     below = [name for name in (a, b) if shortfalls(manifest["runs"][name]["params"], records[name])]
-    whose = "its floor" if len(below) == 1 else "their floors"
-    verdict = f"not tested ({' and '.join(below)} below {whose})" if below else family.verdict(ci)
-    return {"ci": ci, "verdict": verdict}
+    return {"ci": ci, "verdict": family.not_tested(below) if below else family.verdict(ci)}
 
 
 def table(folders: Sequence[Path], labels: Sequence[str]) -> str:

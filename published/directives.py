@@ -270,11 +270,16 @@ def _behaviour_value(kind: str, args: list[str]) -> str:
     return f"{100 * found:.0f}%" if kind == "share" else f"{found:.2f}"
 
 
+def _run(folder: str, name: str) -> dict:
+    """The manifest entry of the run ``name`` in the published ``folder``; an error lists its runs."""
+    runs = _loaded(folder)[0]["runs"]
+    if name not in runs:
+        raise DirectiveError(f"{folder}: no run named {name!r}; its runs: {', '.join(runs)}")
+    return runs[name]
+
+
 def _held(kind: str, args: list[str]) -> str:
-    runs = _loaded(args[0])[0]["runs"]
-    if args[1] not in runs:
-        raise DirectiveError(f"{args[0]}: no run named {args[1]!r}; its runs: {', '.join(runs)}")
-    params = runs[args[1]]["params"]
+    params = _run(args[0], args[1])["params"]
     if f"held_back.{args[2]}" not in params:
         measured = [key.removeprefix("held_back.") for key in params if key.startswith("held_back.")]
         raise DirectiveError(f"{args[0]} {args[1]}: no floor of {args[2]!r} was measured on held-back questions; "
@@ -290,10 +295,7 @@ def _provenance(kind: str, args: list[str]) -> str:
 
 
 def _metric(kind: str, args: list[str]) -> str:
-    runs = _loaded(args[0])[0]["runs"]
-    if args[1] not in runs:
-        raise DirectiveError(f"{args[0]}: no run named {args[1]!r}; its runs: {', '.join(runs)}")
-    metrics = runs[args[1]]["metrics"]
+    metrics = _run(args[0], args[1])["metrics"]
     if kind == "qpm":
         return f"{metrics['questions_per_minute']:.1f}"
     if args[2] not in metrics:

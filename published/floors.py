@@ -33,8 +33,9 @@ def shortfalls(params: dict[str, str], records: Sequence[dict]) -> list[tuple[st
     found = []
     for name, least in method.floors:
         values = [r["behaviour"][name] for r in answered if name in (r.get("behaviour") or {})]
-        if values and sum(values) / len(values) < least:
-            found.append((name, sum(values) / len(values), least))
+        mean = sum(values) / len(values) if values else None
+        if mean is not None and mean < least:
+            found.append((name, mean, least))
     return found
 
 

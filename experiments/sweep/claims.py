@@ -303,9 +303,7 @@ def not_tested(claims: Sequence[dict[str, Any]], below_floor: Collection[str]) -
     marked = []
     for claim in claims:
         below = [name for name in claim["decides"] if name in below_floor]
-        whose = "its floor" if len(below) == 1 else "their floors"
-        verdict = f"not tested ({', '.join(below)} below {whose})" if below else claim["verdict"]
-        marked.append({**claim, "verdict": verdict})
+        marked.append({**claim, "verdict": family.not_tested(below) if below else claim["verdict"]})
     return marked
 
 
