@@ -181,8 +181,9 @@ class RunConfig:
         return "\n".join(lines) + "\n"
 
     @classmethod
-    def from_toml(cls, path: Path | str, **overrides: Any) -> RunConfig:
-        """Read a config from a TOML file of flat `key = value` lines; `overrides` win over the file.
+    def from_toml(cls, path: Path | str, *, method_defaults: bool = False, **overrides: Any) -> RunConfig:
+        """Read a config from a TOML file of flat `key = value` lines; `overrides` win over the file, and
+        ``method_defaults`` fills in what both leave out as ``from_mapping`` does.
 
         Relative paths inside the file are taken from the current directory. Unknown keys, and values of the wrong
         type, fail naming the file and the key; so do a path that is not a readable file and a file that is not
@@ -208,10 +209,14 @@ class RunConfig:
                     _check_type(key, value)
                 except ConfigError as exc:
                     raise ConfigError(f"{path}: {exc}") from None
-        return cls.from_mapping({**values, **overrides}, source=str(path))
+        return cls.from_mapping({**values, **overrides}, source=str(path), method_defaults=method_defaults)
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any], *, source: str = "config") -> RunConfig:
+    def from_mapping(
+        cls, values: dict[str, Any], *, source: str = "config", method_defaults: bool = False
+    ) -> RunConfig:
+        """A config of ``values``, each key a field; with ``method_defaults`` (what ``ragscale run`` and
+        ``ragscale.run`` ask), the method's own compile settings (``METHOD_DEFAULTS``) fill in those left out."""
         valid = [f.name for f in fields(cls)]
         unknown = sorted(set(values) - set(valid))
         if unknown:
@@ -219,7 +224,7 @@ class RunConfig:
         missing = [name for name in ("method", "dataset") if name not in values]
         if missing:
             raise ConfigError(f"{source}: missing {' and '.join(missing)} (give --{missing[0]} or set it in the TOML)")
-        return cls(**values)
+        return cls(**(with_method_defaults(values) if method_defaults else values))
 
 
 _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -236,6 +241,28 @@ _FIELD_TYPES = {f.name: f.type for f in fields(RunConfig)}
 
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
 """Each field's default, the one place it is written: command-line help reads it from here."""
+
+
+METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
+    "iterdrag": {"teacher": "qwen2.5-coder-1.5b", "shots": 2, "train_limit": 16}
+}
+"""How a method is compiled when the default LM reads it, by an optimizer whose teacher writes its demonstrations,
+and the run does not say (``with_method_defaults``). IterDRAG's chains written by the 0.5B reader itself decompose
+too seldom, and the program learns to skip its defining step; the 1.5B's chains on 16 training questions, two a
+predictor, teach it to decompose (docs/methods.md, "IterDRAG compiled at the defaults a user gets")."""
+
+
+def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (a run's settings as given) with its method's ``METHOD_DEFAULTS`` for the settings they leave out,
+    when the run reads with the default LM on this machine and compiles by the bootstrap family (GEPA's teacher
+    reflects on instructions and writes no demonstration); ``values`` as they are otherwise. A teacher named as the
+    reader itself (``--teacher qwen2.5-coder-0.5b``) compiles the method on the reader's own chains."""
+    preset = METHOD_DEFAULTS.get(values.get("method", ""))
+    optimizer = values.get("optimizer", DEFAULTS["optimizer"])
+    reader = (values.get("lm", DEFAULTS["lm"]), values.get("api_base"))
+    if preset is None or optimizer not in TEACHER_OPTIMIZERS or optimizer == "gepa" or reader != (DEFAULT_LM, None):
+        return values
+    return {**preset, **values}
 
 
 def with_default(text: str, name: str) -> str:

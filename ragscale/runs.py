@@ -28,14 +28,18 @@ def run(
     ``config`` is a ``RunConfig``, or give its fields as keywords (``run(method="drag", dataset="hotpotqa",
     optimizer="bootstrap", limit=20)``); keywords given with a config replace its fields. Inputs are checked before
     the model loads; an unfinished run of the same configuration is resumed unless ``fresh``. Inside your own
-    ``mlflow.start_run()`` on the same store, the run is a child of yours. More than
-    ``max_failed`` of the questions failing ends the run FAILED and raises ``RunFailedError``.
+    ``mlflow.start_run()`` on the same store, the run is a child of yours. Keywords get a method's own compile
+    settings for those they leave out, as ``ragscale run`` does (``config.METHOD_DEFAULTS``); a config is as built.
+    More than ``max_failed`` of the questions failing ends the run FAILED and raises ``RunFailedError``.
     """
     from ragscale.experiments.config import RunConfig
     from ragscale.experiments.inputs import check_inputs
     from ragscale.experiments.runner import run_experiment
 
-    config = RunConfig.from_mapping(settings, source="run()") if config is None else replace(config, **settings)
+    if config is None:
+        config = RunConfig.from_mapping(settings, source="run()", method_defaults=True)
+    else:
+        config = replace(config, **settings)
     corpus = check_inputs(config)  # read to check it, and searched as it was read
     return run_experiment(config, corpus=corpus, progress=progress, fresh=fresh, max_failed=max_failed,
                           parent_run_id=_callers_run(config.runs_dir))  # fmt: skip

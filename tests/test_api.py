@@ -199,3 +199,15 @@ def test_compile_takes_a_teleprompter_built_by_hand_with_its_own_settings(script
     assert len(compiled.answer.demos) == 1 and len(compiled.answer.demos[0].documents) == 1
     with pytest.raises(ValueError, match="carries its own settings; got budget, teacher"):
         ragscale.compile(program, train, optimizer=built, teacher=scripted, budget="light")
+
+
+def test_run_from_keywords_compiles_iterdrag_with_its_own_settings_and_a_config_as_built(monkeypatch):
+    from ragscale.experiments import inputs, runner
+    from ragscale.experiments.config import RunConfig
+
+    seen = []
+    monkeypatch.setattr(inputs, "check_inputs", lambda config: None)
+    monkeypatch.setattr(runner, "run_experiment", lambda config, **_: seen.append(config) or {})
+    ragscale.run(method="iterdrag", dataset="hotpotqa", optimizer="bootstrap")
+    ragscale.run(RunConfig(method="iterdrag", dataset="hotpotqa", optimizer="bootstrap"))
+    assert [(c.teacher, c.shots, c.train_limit) for c in seen] == [("qwen2.5-coder-1.5b", 2, 16), (None, 4, 64)]

@@ -14,15 +14,23 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.data import DATASETS
-from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, with_default
+from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, METHOD_DEFAULTS, with_default
 from ragscale.optimizers.metrics import METRICS
 from ragscale.optimizers.teleprompters import OPTIMIZERS
 from ragscale.programs import PROGRAMS
 from ragscale.programs.lm import ADAPTERS, SERVER_RETRIES
-from ragscale.programs.lm.models import WEIGHTS
+from ragscale.programs.lm.models import DEFAULT_LM, WEIGHTS
 from ragscale.programs.retrieval import RETRIEVERS
 
 LM_HELP = "a preset, a local HF model dir, a .gguf file, or openai/<model> with --api-base"
+METHOD_DEFAULTS_HELP = "; ".join(
+    f"{method} read by {DEFAULT_LM} is compiled with "
+    + ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in settings.items())
+    + " unless they are given"
+    for method, settings in METHOD_DEFAULTS.items()
+)
+"""What ``ragscale run``'s ``--teacher``, ``--shots`` and ``--train-limit`` default to for a method with its own
+compile settings (``config.with_method_defaults``); said in ``--teacher``'s help."""
 
 
 def _model_flags() -> dict[str, dict[str, Any]]:
@@ -31,7 +39,7 @@ def _model_flags() -> dict[str, dict[str, Any]]:
         "--lm": {"help": with_default(LM_HELP, "lm")},
         "--teacher": {
             "help": "an LM (e.g. qwen2.5-coder-1.5b) that runs the teacher program of bootstrap, random-search or "
-            "mipro: its traces become the demonstrations of --lm"
+            "mipro: its traces become the demonstrations of --lm (default: --lm itself; " + METHOD_DEFAULTS_HELP + ")"
         },
         "--api-base": {"help": "URL of an OpenAI-compatible server (vLLM, SGLang)"},
         "--teacher-api-base": {"help": "URL of the server of an openai/<model> --teacher"},

@@ -60,9 +60,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for key in ("command", "func", "json_path", "progress", "config", "verbose", "fresh", "max_failed", "tracking_uri"):
         values.pop(key, None)
     if getattr(args, "config", None) is not None:
-        config = RunConfig.from_toml(args.config, **values)
+        config = RunConfig.from_toml(args.config, method_defaults=True, **values)
     else:
-        config = RunConfig.from_mapping(values, source="command line")
+        config = RunConfig.from_mapping(values, source="command line", method_defaults=True)
     corpus = check_inputs(config)  # read to check it, and searched as it was read
     json_path = getattr(args, "json_path", None)
     if json_path is not None:

@@ -64,3 +64,28 @@ def test_a_teacher_needs_an_optimizer_that_runs_a_teacher_program(tmp_path):
     config = RunConfig(method="iterdrag", dataset="hotpotqa", optimizer="bootstrap", teacher="qwen2.5-coder-1.5b")
     (tmp_path / "run.toml").write_text(config.to_toml())
     assert RunConfig.from_toml(tmp_path / "run.toml") == config
+
+
+def test_iterdrag_read_by_the_default_lm_gets_its_own_compile_settings_for_those_not_given(tmp_path):
+    from ragscale.experiments.config import METHOD_DEFAULTS
+
+    given = {"method": "iterdrag", "dataset": "hotpotqa", "optimizer": "bootstrap"}
+    config = RunConfig.from_mapping(given, method_defaults=True)
+    assert METHOD_DEFAULTS["iterdrag"] == {"teacher": "qwen2.5-coder-1.5b", "shots": 2, "train_limit": 16}
+    assert (config.teacher, config.shots, config.train_limit) == ("qwen2.5-coder-1.5b", 2, 16)
+    own = RunConfig.from_mapping({**given, "teacher": "qwen2.5-coder-0.5b", "shots": 4}, method_defaults=True)
+    assert (own.teacher, own.shots, own.train_limit) == ("qwen2.5-coder-0.5b", 4, 16)  # what is given wins
+    (tmp_path / "run.toml").write_text('method = "iterdrag"\ndataset = "hotpotqa"\noptimizer = "mipro"\nshots = 3\n')
+    from_file = RunConfig.from_toml(tmp_path / "run.toml", method_defaults=True)
+    assert (from_file.teacher, from_file.shots, from_file.train_limit) == ("qwen2.5-coder-1.5b", 3, 16)
+    unchanged = [
+        given,  # without method_defaults: a config is what it says
+        {**given, "optimizer": "none"},
+        {**given, "optimizer": "labeled"},
+        {**given, "optimizer": "gepa"},  # GEPA's teacher writes no demonstration
+        {**given, "lm": "smollm2-135m"},
+        {**given, "lm": "openai/qwen2.5-coder-0.5b", "api_base": "http://localhost:8000/v1"},
+        {**given, "method": "drag"},
+    ]
+    for i, values in enumerate(unchanged):
+        assert RunConfig.from_mapping(values, method_defaults=i > 0) == RunConfig.from_mapping(values)

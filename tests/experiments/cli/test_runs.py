@@ -142,3 +142,18 @@ def test_run_prints_and_writes_the_summary_json(tmp_path, capsys, monkeypatch):
     )
     assert summary["behaviour"] == {} and summary["compile_lm_calls"] == 0  # no defining step; nothing compiled
     assert json.loads(capsys.readouterr().out) == summary
+
+
+def test_run_compiles_iterdrag_with_its_own_settings_and_a_teacher_given_wins(monkeypatch):
+    from ragscale.experiments.cli import runs
+
+    seen = []
+    monkeypatch.setattr(runs, "check_inputs", lambda config: None)
+    monkeypatch.setattr(runs, "run_experiment", lambda config, **_: seen.append(config) or {})
+    argv = ["run", "--method", "iterdrag", "--dataset", "hotpotqa", "--optimizer", "bootstrap", "--no-progress"]
+    assert main(argv) == 0
+    assert main([*argv, "--teacher", "qwen2.5-coder-0.5b"]) == 0
+    assert [(c.teacher, c.shots, c.train_limit) for c in seen] == [
+        ("qwen2.5-coder-1.5b", 2, 16),
+        ("qwen2.5-coder-0.5b", 2, 16),
+    ]
