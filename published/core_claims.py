@@ -60,7 +60,7 @@ def check(folders: Sequence[Path]) -> list[dict[str, Any]]:
 
 
 def _found(folder: Path, manifest: dict, records: dict, a: str, b: str) -> dict[str, Any]:
-    from ragscale.published.floors import shortfalls  # the methods' floors: DSPy
+    from ragscale.experiments.floors import shortfalls  # the methods' floors: DSPy
 
     ci = plan.compared(folder, a, b)
     below = [name for name in (a, b) if shortfalls(manifest["runs"][name]["params"], records[name])]

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ragscale.experiments import family, tracking
+from ragscale.experiments import family, floors, tracking
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.files import write_json, write_jsonl_gz
 from ragscale.experiments.paired import format_ci, paired_bootstrap
@@ -31,7 +31,7 @@ from ragscale.experiments.runner import PROGRAM
 from ragscale.experiments.sweep.adopt import MANIFEST, read_records
 from ragscale.experiments.sweep.ledger import run_records
 from ragscale.programs import PROGRAMS
-from ragscale.published import floors, plan
+from ragscale.published import plan
 
 KEPT = (
     "id", "prediction", "answers", "em", "f1", "acc", "retrieval_recall", "passage_ids", "lm_calls", "input_tokens",

@@ -29,8 +29,14 @@ from ragscale.experiments.config import ConfigError
 from ragscale.experiments.evaluate import EFFECTIVE_CONTEXT, record_scores
 from ragscale.experiments.files import write_json
 from ragscale.experiments.sweep.adopt import MANIFEST, PUBLISHED_FIELDS, copy_compiled, manifest_of, read_records
-from ragscale.experiments.sweep.carry import UNCOMPILED
-from ragscale.experiments.sweep.claims import check_claims, format_claims, format_verdicts, not_tested
+from ragscale.experiments.sweep.claims import (
+    below_floor,
+    check_claims,
+    format_claims,
+    format_floors,
+    format_verdicts,
+    not_tested,
+)
 from ragscale.experiments.sweep.grid import file_label
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.ledger import RESULTS
@@ -45,7 +51,6 @@ from ragscale.experiments.sweep.report import (
 )
 from ragscale.experiments.sweep.rows import Row
 from ragscale.experiments.sweep.scores import read
-from ragscale.published.floors import describe, shortfalls
 from ragscale.published.runs import SUPERSEDED, made, points_by_run, predictions, refuse_dirty, supersede, write_records
 
 SCORED = ("em", "f1", "acc", "n", "failed", EFFECTIVE_CONTEXT, "output_tokens_per_question", "lm_calls_per_question")
@@ -145,7 +150,6 @@ def load(folder: Path) -> Sweep:
     manifest = manifest_of(folder)
     parts: dict[str, list[Row]] = {"rows": [], "oracle": []}
     records: dict[str, list[dict]] = {}  # by run id
-    below: dict[str, list[tuple[str, float, float]]] = {}
     for part, rows in parts.items():
         for name, values in manifest[part].items():
             row = Row.from_json({k: v for k, v in values.items() if k not in PUBLISHED_FIELDS},
@@ -153,11 +157,7 @@ def load(folder: Path) -> Sweep:
             records[row.run_id] = read_records(folder / f"{name}.jsonl.gz")
             scores = record_scores(records[row.run_id])
             rows.append(replace(row, **{k: scores[k] for k in SCORED}))
-            uncompiled = row.program == UNCOMPILED or (row.program is None and not row.shots)  # None: not recorded
-            learned = {"method": row.method, "optimizer": "none" if uncompiled else "learned",
-                       "dataset": manifest["dataset"]}  # fmt: skip
-            if found := shortfalls(learned, records[row.run_id]):
-                below[row.label] = found
+    below = below_floor(parts["rows"], manifest["dataset"], records.get)
     return Sweep(manifest, parts["rows"], parts["oracle"], points_by_run(records), below)
 
 
@@ -177,14 +177,3 @@ def report(sweep: Sweep) -> dict[str, str]:
         "estimates": format_estimates(rows),
         "floors": format_floors(sweep.below_floor),
     }
-
-
-def format_floors(below: dict[str, list[tuple[str, float, float]]]) -> str:
-    """The configurations below a floor of their method as a table, each with its shortfall: what the budget table,
-    the claims and the allocation model count under a method's name without its defining step."""
-    if not below:
-        return "No configuration with learned demonstrations falls below a floor its records measure."
-    lines = ["| configuration | below its method's floor |", "|---|---|"]
-    for label, found in below.items():
-        lines.append(f"| {label} | {describe(found)} |")
-    return "\n".join(lines)

@@ -48,7 +48,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ragscale.experiments import family
+from ragscale.experiments.floors import describe, shortfalls
 from ragscale.experiments.paired import BootstrapCI, format_ci, paired_bootstrap
+from ragscale.experiments.sweep.carry import UNCOMPILED
 from ragscale.experiments.sweep.grid import BASELINE, Point, format_size, rows_of
 from ragscale.experiments.sweep.heldout import HeldOut
 from ragscale.experiments.sweep.rows import Row
@@ -296,9 +298,37 @@ def _claims(measured: Sequence[Row], budgets: Sequence[int], fitted, oracle: Seq
     ]  # fmt: skip
 
 
+def below_floor(
+    rows: Sequence[Row], dataset: str, records: Callable[[str], Sequence[dict] | None]
+) -> dict[str, list[tuple[str, float, float]]]:
+    """The labels of ``rows`` whose learned demonstrations left them below a floor of their method, judged on their
+    per-question ``records`` (by run id; None where they cannot be read, and the row is not judged), each with its
+    shortfalls (``experiments.floors.shortfalls``): what ``not_tested`` takes, and what ``format_floors`` lists."""
+    below = {}
+    for row in rows:
+        if row.program == UNCOMPILED or (row.program is None and not row.shots) or not row.run_id:
+            continue  # None: a row that recorded no program, compiled when it has shots
+        found = records(row.run_id)
+        learned = {"method": row.method, "optimizer": "learned", "dataset": dataset}
+        if found is not None and (short := shortfalls(learned, found)):
+            below[row.label] = short
+    return below
+
+
+def format_floors(below: Mapping[str, list[tuple[str, float, float]]]) -> str:
+    """The configurations below a floor of their method (``below_floor``) as a table, each with its shortfall: what
+    the budget table, the claims and the allocation model count under a method's name without its defining step."""
+    if not below:
+        return "No configuration with learned demonstrations falls below a floor its records measure."
+    lines = ["| configuration | below its method's floor |", "|---|---|"]
+    for label, found in below.items():
+        lines.append(f"| {label} | {describe(found)} |")
+    return "\n".join(lines)
+
+
 def not_tested(claims: Sequence[dict[str, Any]], below_floor: Collection[str]) -> list[dict[str, Any]]:
     """``claims`` with the verdict of each one decided by a configuration in ``below_floor`` (labels of
-    configurations that fall below a floor of their method: ``published.floors``) made ``not tested``: a claim of
+    configurations that fall below a floor of their method: ``below_floor``) made ``not tested``: a claim of
     IterDRAG decided by an IterDRAG that asks no follow-up tests nothing of IterDRAG."""
     marked = []
     for claim in claims:

@@ -10,10 +10,10 @@ from pathlib import Path
 from ragscale.experiments import tracking
 from ragscale.experiments.files import write_json
 from ragscale.experiments.sweep import allocation, scores
-from ragscale.experiments.sweep.claims import check_claims, format_claims
+from ragscale.experiments.sweep.claims import below_floor, check_claims, format_claims, format_floors, not_tested
 from ragscale.experiments.sweep.grid import format_size
 from ragscale.experiments.sweep.heldout import HeldOut
-from ragscale.experiments.sweep.ledger import ALLOCATION, LEDGER, RESULTS, SCORES
+from ragscale.experiments.sweep.ledger import ALLOCATION, LEDGER, RESULTS, SCORES, run_records
 from ragscale.experiments.sweep.plan import PlannedPoint, format_plan
 from ragscale.experiments.sweep.replicas import server_urls
 from ragscale.experiments.sweep.report import (
@@ -72,12 +72,14 @@ def conclude(sitting: Sitting, oracle: list[Row]) -> SweepResult:
     rows = sweep_rows(sitting)
     fitted = fit_allocation(rows, grid.budgets, base.dataset)
     claims: list[dict] = []
+    below: dict[str, list[tuple[str, float, float]]] = {}
     per_question: dict[str, dict[str, float]] | None = None
     held_out = None
     try:
         per_question = scores.collect(base.runs_dir, [*rows, *oracle])
         held_out = HeldOut(lambda row: per_question.get(row.run_id), rows)
-        claims = check_claims(rows, grid.budgets, fitted, per_question.get, oracle=oracle)
+        below = below_floor(rows, base.dataset, lambda run_id: run_records(base.runs_dir, run_id))
+        claims = not_tested(check_claims(rows, grid.budgets, fitted, per_question.get, oracle=oracle), below)
     except Exception as exc:  # the tables, the plot and the model are still written; the report says why not
         log.exception("the paper's claims were not checked")
         sitting.report(f"the paper's claims were not checked: {type(exc).__name__}: {exc}")
@@ -90,6 +92,7 @@ def conclude(sitting: Sitting, oracle: list[Row]) -> SweepResult:
         "table": table,
         "oracle": [r.to_json() for r in oracle],
         "claims": claims,
+        "below_floor": below,
     }
     plot_path = write(sitting, (rows, oracle), results, per_question, fitted)
     skipped = [p.key for p in sitting.planned if p.status != "run"]
@@ -120,7 +123,8 @@ def write(
         (sweep_dir / ALLOCATION).unlink(missing_ok=True)
     best, every = format_table(results["table"]), format_grid(rows)
     checked = format_claims(results["claims"], questions)
-    (sweep_dir / TABLE).write_text("\n\n".join([best, every, checked]) + "\n", encoding="utf-8")
+    floors = [format_floors(results["below_floor"])] if results["below_floor"] else []
+    (sweep_dir / TABLE).write_text("\n\n".join([best, every, checked, *floors]) + "\n", encoding="utf-8")
     plan = format_plan(sitting.planned, sitting.planner.speed, questions)
     (sweep_dir / PLAN).write_text(plan + "\n", encoding="utf-8")
     artifacts = [sweep_dir / RESULTS, sweep_dir / TABLE, sweep_dir / PLAN]
@@ -141,6 +145,8 @@ def write(
     if fitted is not None:
         report(format_allocation(fitted))
     report(checked)
+    for text in floors:
+        report(text)
     metrics: dict[str, float | None] = {"configurations_run": len(sitting.ran)}
     metrics["configurations_failed"] = len(sitting.failed)
     for r in results["table"]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ragscale.experiments.config import ConfigError
 from ragscale.experiments.files import write_json
-from ragscale.experiments.sweep.claims import check_claims
+from ragscale.experiments.sweep.claims import check_claims, not_tested
 from ragscale.experiments.sweep.ledger import ALLOCATION, RESULTS, SCORES, em_by_question
 from ragscale.experiments.sweep.rows import Row
 
@@ -73,4 +73,5 @@ def recheck(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     check_against([*rows, *oracle], scores, sweep_dir / SCORES)
     fitted = read(sweep_dir / ALLOCATION) if (sweep_dir / ALLOCATION).exists() else None
     claims = check_claims(rows, results["grid"]["budgets"], fitted, scores.get, oracle=oracle)
+    claims = not_tested(claims, results.get("below_floor", {}))  # judged on records these files do not hold
     return json.loads(json.dumps(claims)), results["claims"]

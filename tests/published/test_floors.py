@@ -6,12 +6,12 @@ import json
 import shutil
 
 from ragscale.data.datasets import dataset_path, read_jsonl
+from ragscale.experiments.floors import shortfalls
+from ragscale.experiments.sweep.claims import format_floors
 from ragscale.published import plan
 from ragscale.published.core_claims import check
 from ragscale.published.directives import RESULTS
-from ragscale.published.floors import shortfalls
 from ragscale.published.runs import table
-from ragscale.published.sweeps import format_floors
 
 ITERDRAG = {"method": "iterdrag", "optimizer": "bootstrap", "dataset": "hotpotqa"}
 

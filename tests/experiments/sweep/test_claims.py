@@ -194,3 +194,27 @@ def test_a_claim_decided_by_a_configuration_below_its_floor_is_not_tested_and_th
     assert marked[scaling["claim"]] == "not tested (iterdrag k=5 m=2 n=1 below its floor)"
     assert marked["retrieval beats closed-book"] == "held"  # rag k=5 m=0 - closed-book decides it
     assert not_tested(claims, set()) == claims
+
+
+def test_a_configuration_whose_learned_demonstrations_skip_its_step_is_below_floor_on_its_records():
+    from dataclasses import replace
+
+    from ragscale.data.datasets import dataset_path, read_jsonl
+    from ragscale.experiments.sweep.claims import below_floor, format_floors
+
+    ids = [r["id"] for r in read_jsonl(dataset_path("hotpotqa", "dev"))][:10]
+
+    def asking(share):
+        return [{"id": i, "behaviour": {"questions_with_follow_up": float(n < 10 * share)}} for n, i in enumerate(ids)]
+
+    declines, asks = row("iterdrag", 5, 2, 1, 30, 4000), row("iterdrag", 5, 4, 1, 30, 6000)
+    uncompiled, unread = (
+        replace(row("iterdrag", 5, 0, 1, 30, 2000), program="uncompiled"),
+        row("iterdrag", 10, 2, 1, 30, 8000),
+    )
+    records = {declines.run_id: asking(0.2), asks.run_id: asking(0.9), uncompiled.run_id: asking(0.0)}
+    below = below_floor([declines, asks, uncompiled, unread], "hotpotqa", records.get)
+    assert below == {"iterdrag k=5 m=2 n=1": [("questions_with_follow_up", 0.2, 0.5)]}
+    assert (
+        format_floors(below).splitlines()[2] == "| iterdrag k=5 m=2 n=1 | questions_with_follow_up 0.20 < floor 0.5 |"
+    )

@@ -336,6 +336,21 @@ def test_the_claims_are_checked_again_from_the_sweeps_folder_alone(copied_folder
     assert again == stored and any(p["diff"] is not None for c in again for p in c["pairs"])
 
 
+def test_a_claim_decided_by_a_configuration_the_sweep_found_below_its_floor_is_not_tested_when_checked_again(
+    copied_folder,
+):
+    results = json.loads((copied_folder / RESULTS).read_text())
+    assert results["below_floor"] == {}  # the scripted reader's programs keep their steps, or learned nothing
+    _, stored = recheck(copied_folder)
+    decider = next(name for c in stored for name in c["decides"] if name.startswith(("drag", "iterdrag")))
+    results["below_floor"] = {decider: [["questions_with_follow_up", 0.0, 0.5]]}
+    (copied_folder / RESULTS).write_text(json.dumps(results))
+    again, _ = recheck(copied_folder)
+    marked = [c for c in again if decider in c["decides"]]
+    assert marked and all(c["verdict"] == f"not tested ({decider} below its floor)" for c in marked)
+    assert all(c["verdict"] == s["verdict"] for c, s in zip(again, stored, strict=True) if decider not in c["decides"])
+
+
 def test_scores_that_are_not_the_runs_rows_are_refused_naming_the_run(copied_folder):
     gold, _ = json.loads((copied_folder / RESULTS).read_text())["oracle"]
     scores = json.loads((copied_folder / SCORES).read_text())

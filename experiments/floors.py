@@ -1,12 +1,12 @@
-"""Whether a published compiled run kept its method's defining step: its floors judged on its own records.
+"""Whether a finished compiled run kept its method's defining step: its floors judged on its own records.
 
 A compiled program is checked against its method's floors (``Method.floors``) on held-back training questions when
-it is compiled (``optimizers/floors.py``). A run published before that check existed, or one whose evaluation
+it is compiled (``optimizers/floors.py``). A run compiled before that check existed, or one whose evaluation
 questions went where its held-back ones did not, can still sit below a floor: IterDRAG that asks no follow-up is
-DRAG under IterDRAG's name. Such a run is marked in its table, and a claim that rests on it is not tested
-(``core_claims``). Its records carry each question's behaviour, so the judgement is made again from them alone,
-over the questions the floor is measured on (the multi-hop ones where ``Method.floors_multi_hop``, by the types of
-the run's dataset).
+DRAG under IterDRAG's name. Such a run is marked in its published table, and a claim that rests on it, a core
+claim (``published/core_claims``) or a sweep's (``sweep/claims.below_floor``), is not tested. Its records carry each
+question's behaviour, so the judgement is made again from them alone, over the questions the floor is measured on
+(the multi-hop ones where ``Method.floors_multi_hop``, by the types of the run's dataset).
 """
 
 from __future__ import annotations
