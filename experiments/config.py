@@ -216,7 +216,7 @@ class RunConfig:
         cls, values: dict[str, Any], *, source: str = "config", method_defaults: bool = False
     ) -> RunConfig:
         """A config of ``values``, each key a field; with ``method_defaults`` (what ``ragscale run`` and
-        ``ragscale.run`` ask), the method's own compile settings (``METHOD_DEFAULTS``) fill in those left out."""
+        ``ragscale.run`` ask), the method's own compile settings (``with_method_defaults``) fill in those left out."""
         valid = [f.name for f in fields(cls)]
         unknown = sorted(set(values) - set(valid))
         if unknown:
@@ -243,24 +243,17 @@ DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RunConfig) if f.de
 """Each field's default, the one place it is written: command-line help reads it from here."""
 
 
-METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "iterdrag": {"teacher": "qwen2.5-coder-1.5b", "shots": 2, "train_limit": 16}
-}
-"""How a method is compiled when the default LM reads it, by an optimizer whose teacher writes its demonstrations,
-and the run does not say (``with_method_defaults``). IterDRAG's chains written by the 0.5B reader itself decompose
-too seldom, and the program learns to skip its defining step; the 1.5B's chains on 16 training questions, two a
-predictor, teach it to decompose (docs/methods.md, "IterDRAG compiled at the defaults a user gets")."""
-
-
 def with_method_defaults(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` (a run's settings as given) with its method's ``METHOD_DEFAULTS`` for the settings they leave out,
-    when the run reads with the default LM on this machine and compiles by the bootstrap family (GEPA's teacher
-    reflects on instructions and writes no demonstration); ``values`` as they are otherwise. A teacher named as the
-    reader itself (``--teacher qwen2.5-coder-0.5b``) compiles the method on the reader's own chains."""
-    preset = METHOD_DEFAULTS.get(values.get("method", ""))
+    """``values`` (a run's settings as given) with its method's ``compile_defaults`` (``programs/base.py``: IterDRAG
+    is taught by the 1.5B, docs/methods.md "IterDRAG compiled at the defaults a user gets") for the settings they
+    leave out, when the run reads with the default LM on this machine and compiles by the bootstrap family (GEPA's
+    teacher reflects on instructions and writes no demonstration); ``values`` as they are otherwise. A teacher named
+    as the reader itself (``--teacher qwen2.5-coder-0.5b``) compiles the method on the reader's own chains."""
+    method = PROGRAMS.get(values.get("method", ""))
+    preset = method.compile_defaults if method is not None else {}
     optimizer = values.get("optimizer", DEFAULTS["optimizer"])
     reader = (values.get("lm", DEFAULTS["lm"]), values.get("api_base"))
-    if preset is None or optimizer not in TEACHER_OPTIMIZERS or optimizer == "gepa" or reader != (DEFAULT_LM, None):
+    if not preset or optimizer not in TEACHER_OPTIMIZERS or optimizer == "gepa" or reader != (DEFAULT_LM, None):
         return values
     return {**preset, **values}
 

@@ -26,6 +26,10 @@ never its name, so a new method is one file and one line in the registry:
 - ``floors``: ``(name, least)`` pairs, the mean ``behaviour`` values a compiled program must keep on training
   questions held back from compiling (``floor_examples`` of them: only the multi-hop ones where
   ``floors_multi_hop``), below which it is another method (``optimizers/floors.py``).
+- ``compile_defaults``: the run settings (``teacher``, ``shots``, ``train_limit``) it is compiled with when the
+  default LM reads it, by an optimizer whose teacher writes its demonstrations, and the run gives none of them
+  (``experiments/config.with_method_defaults``): a method the small reader's own chains teach to skip its step
+  names a larger teacher.
 - ``demo_queries(predictor, demo)``: the queries whose retrieved documents a demonstration of that predictor shows
   (its question by default), so that its documents can be retrieved again at another k.
 
@@ -39,6 +43,7 @@ retrieved with the student's own. A plain function given as the retriever (a use
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import dspy
@@ -60,6 +65,7 @@ class Method(dspy.Module):
     record_fields: ClassVar[tuple[str, ...]] = ()
     floors: ClassVar[tuple[tuple[str, float], ...]] = ()
     floors_multi_hop: ClassVar[bool] = False
+    compile_defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
 
     k: int = 0
 

@@ -26,6 +26,7 @@ repeats an earlier one is not drawn again: there is nothing new to ask, and the 
 
 import logging
 import re
+from types import MappingProxyType
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -69,6 +70,8 @@ class IterDRAG(Method):
     record_fields = ("sub_questions", "intermediate_answers")  # the follow-ups asked, and their answers
     floors = (("questions_with_follow_up", 0.5),)  # below it, mostly DRAG with a step that declines
     floors_multi_hop = True
+    # the 0.5B's own chains decompose too seldom and teach it to decline; the 1.5B's, two a predictor, decompose
+    compile_defaults = MappingProxyType({"teacher": "qwen2.5-coder-1.5b", "shots": 2, "train_limit": 16})
 
     def __init__(self, retriever, k: int, max_iterations: int, resample: int = 3):
         super().__init__()

@@ -29,7 +29,7 @@ def run(
     optimizer="bootstrap", limit=20)``); keywords given with a config replace its fields. Inputs are checked before
     the model loads; an unfinished run of the same configuration is resumed unless ``fresh``. Inside your own
     ``mlflow.start_run()`` on the same store, the run is a child of yours. Keywords get a method's own compile
-    settings for those they leave out, as ``ragscale run`` does (``config.METHOD_DEFAULTS``); a config is as built.
+    settings for those they leave out, as ``ragscale run`` does (``Method.compile_defaults``); a config is as built.
     More than ``max_failed`` of the questions failing ends the run FAILED and raises ``RunFailedError``.
     """
     from ragscale.experiments.config import RunConfig

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragscale.data import DATASETS
-from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, METHOD_DEFAULTS, with_default
+from ragscale.experiments.config import CORPUS_HELP, DEFAULTS, with_default
 from ragscale.optimizers.metrics import METRICS
 from ragscale.optimizers.teleprompters import OPTIMIZERS
 from ragscale.programs import PROGRAMS
@@ -27,7 +27,8 @@ METHOD_DEFAULTS_HELP = "; ".join(
     f"{method} read by {DEFAULT_LM} is compiled with "
     + ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in settings.items())
     + " unless they are given"
-    for method, settings in METHOD_DEFAULTS.items()
+    for method, settings in ((name, cls.compile_defaults) for name, cls in PROGRAMS.items())
+    if settings
 )
 """What ``ragscale run``'s ``--teacher``, ``--shots`` and ``--train-limit`` default to for a method with its own
 compile settings (``config.with_method_defaults``); said in ``--teacher``'s help."""

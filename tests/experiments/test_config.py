@@ -67,11 +67,11 @@ def test_a_teacher_needs_an_optimizer_that_runs_a_teacher_program(tmp_path):
 
 
 def test_iterdrag_read_by_the_default_lm_gets_its_own_compile_settings_for_those_not_given(tmp_path):
-    from ragscale.experiments.config import METHOD_DEFAULTS
+    from ragscale.programs import PROGRAMS
 
     given = {"method": "iterdrag", "dataset": "hotpotqa", "optimizer": "bootstrap"}
     config = RunConfig.from_mapping(given, method_defaults=True)
-    assert METHOD_DEFAULTS["iterdrag"] == {"teacher": "qwen2.5-coder-1.5b", "shots": 2, "train_limit": 16}
+    assert PROGRAMS["iterdrag"].compile_defaults == {"teacher": "qwen2.5-coder-1.5b", "shots": 2, "train_limit": 16}
     assert (config.teacher, config.shots, config.train_limit) == ("qwen2.5-coder-1.5b", 2, 16)
     own = RunConfig.from_mapping({**given, "teacher": "qwen2.5-coder-0.5b", "shots": 4}, method_defaults=True)
     assert (own.teacher, own.shots, own.train_limit) == ("qwen2.5-coder-0.5b", 4, 16)  # what is given wins
