@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,6 @@ def run_records(runs_dir: Path, run_id: str) -> list[dict] | None:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def em_by_question(runs_dir: Path, run_id: str) -> dict[str, float] | None:
-    """A finished run's per-question EM in percent by question id (``run_records``); None when unreadable."""
-    records = run_records(runs_dir, run_id)
+def em_by_question(records: Sequence[dict] | None) -> dict[str, float] | None:
+    """A finished run's per-question EM in percent by question id, from its ``run_records``; None without them."""
     return None if records is None else {str(r["id"]): 100 * float(r["em"]) for r in records}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
+from functools import cache, partial
 from pathlib import Path
 
 from ragscale.experiments import tracking
@@ -76,9 +77,10 @@ def conclude(sitting: Sitting, oracle: list[Row]) -> SweepResult:
     per_question: dict[str, dict[str, float]] | None = None
     held_out = None
     try:
-        per_question = scores.collect(base.runs_dir, [*rows, *oracle])
+        records = cache(partial(run_records, base.runs_dir))  # each run's records read once: EM and floors
+        per_question = scores.collect([*rows, *oracle], records)
         held_out = HeldOut(lambda row: per_question.get(row.run_id), rows)
-        below = below_floor(rows, base.dataset, lambda run_id: run_records(base.runs_dir, run_id))
+        below = below_floor(rows, base.dataset, records)
         claims = not_tested(check_claims(rows, grid.budgets, fitted, per_question.get, oracle=oracle), below)
     except Exception as exc:  # the tables, the plot and the model are still written; the report says why not
         log.exception("the paper's claims were not checked")

@@ -12,7 +12,7 @@ when the files are the sweep's own.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,14 @@ from ragscale.experiments.sweep.ledger import ALLOCATION, RESULTS, SCORES, em_by
 from ragscale.experiments.sweep.rows import Row
 
 
-def collect(runs_dir: Path, rows: Iterable[Row]) -> dict[str, dict[str, float]]:
-    """Per run id of ``rows`` (the grid's and the oracle's), its per-question EM in percent; a run whose records
-    cannot be read is left out, and the comparisons that need it say so (``claims.Pairs``)."""
+def collect(rows: Iterable[Row], records: Callable[[str], Sequence[dict] | None]) -> dict[str, dict[str, float]]:
+    """Per run id of ``rows`` (the grid's and the oracle's), its per-question EM in percent from its ``records``
+    (``ledger.run_records``); a run whose records cannot be read is left out, and the comparisons that need it say
+    so (``claims.Pairs``)."""
     scores: dict[str, dict[str, float]] = {}
     for row in rows:
         run_id = row.run_id
-        if run_id and run_id not in scores and (em := em_by_question(runs_dir, run_id)) is not None:
+        if run_id and run_id not in scores and (em := em_by_question(records(run_id))) is not None:
             scores[run_id] = em
     return scores
 
